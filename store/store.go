@@ -1,0 +1,77 @@
+// Package store reads segment records and bytes from the stores a Syncular
+// sync server writes (PROTOCOL.md §5). It never writes them and knows
+// nothing of Caddy.
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"regexp"
+)
+
+// ErrNotFound means the store has no record of the segment id (§4 step 1,
+// or an object removed by a lifecycle rule). Every other error a Store
+// returns is a store fault (503 edge.store_unavailable).
+var ErrNotFound = errors.New("segment not found")
+
+// Media types a publication may carry.
+const (
+	MediaRows   = "rows"
+	MediaSQLite = "sqlite"
+)
+
+// Publication is one grant under which a content address was published
+// (PROTOCOL.md §4). Times are epoch milliseconds.
+type Publication struct {
+	Partition     string  `json:"partition"`
+	LogEpoch      string  `json:"logEpoch"`
+	Table         string  `json:"table"`
+	SchemaVersion int64   `json:"schemaVersion"`
+	MediaType     string  `json:"mediaType"`
+	ScopeDigest   string  `json:"scopeDigest"`
+	AsOfCommitSeq int64   `json:"asOfCommitSeq"`
+	RowCount      int64   `json:"rowCount"`
+	RowCursor     *string `json:"rowCursor"`
+	NextRowCursor *string `json:"nextRowCursor"`
+	ByteLength    int64   `json:"byteLength"`
+	CreatedAtMs   int64   `json:"createdAtMs"`
+	ExpiresAtMs   int64   `json:"expiresAtMs"`
+}
+
+// Record is what a store knows about one segment id: its size, its media
+// type and every publication of it (explicit or derived, §4).
+type Record struct {
+	SegmentID    string
+	ByteLength   int64
+	MediaType    string
+	Publications []Publication
+
+	// Fenced is true when the store knows each partition's current
+	// logEpoch (§5.1 epoch fencing). Epochs then maps every partition
+	// named in Publications that the registry lists to its current
+	// epoch; a partition absent from the map is not servable.
+	Fenced bool
+	Epochs map[string]string
+}
+
+// Store is a read-only segment store.
+type Store interface {
+	// Lookup returns the record of segmentID, ErrNotFound, or a fault.
+	Lookup(ctx context.Context, segmentID string) (*Record, error)
+	// Open returns the segment's bytes from offset off, length n (n < 0:
+	// to the end). The caller closes the reader. ErrNotFound or a fault.
+	Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+var segmentIDRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// ValidSegmentID reports whether id is "sha256:" + 64 lowercase hex digits.
+func ValidSegmentID(id string) bool {
+	if len(id) != 71 {
+		return false
+	}
+	return segmentIDRe.MatchString(id)
+}
