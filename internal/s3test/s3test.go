@@ -1,0 +1,481 @@
+// Package s3test runs a real S3-compatible server (versitygw) on loopback
+// for tests, and writes segment objects the way the reference
+// S3SegmentStore does (PROTOCOL.md §5.2).
+//
+// A test that cannot start the server fails; it never skips. The binary is
+// $VERSITYGW, or <repo>/.tools/bin/versitygw, installed on first need by
+// <repo>/scripts/tools.sh versitygw (a cold install takes about 75 s).
+package s3test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+)
+
+// DefaultRegion is the region a server answers to unless WithRegion says
+// otherwise.
+const DefaultRegion = "us-east-1"
+
+const (
+	readyTimeout = 10 * time.Second
+	stopTimeout  = 5 * time.Second
+)
+
+// Server is one running versitygw (posix backend) on 127.0.0.1.
+type Server struct {
+	// Endpoint is the origin, http://127.0.0.1:PORT.
+	Endpoint string
+	// AccessKey and SecretKey are the root credentials (random per server).
+	AccessKey string
+	SecretKey string
+	// Region is the only region the server accepts in a signature scope.
+	Region string
+	// AccessLog is the path of the server's S3 access log (one line per
+	// request; see Requests).
+	AccessLog string
+
+	t       testing.TB
+	bin     string
+	addr    string
+	dataDir string
+	outPath string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type options struct {
+	region string
+}
+
+// Option changes how Start runs the server.
+type Option func(*options)
+
+// WithRegion makes the server accept only region r (e.g. "auto", as R2).
+func WithRegion(r string) Option { return func(o *options) { o.region = r } }
+
+// Start runs a fresh server (new data directory under t.TempDir(), free
+// port) and stops it when the test ends. It calls t.Fatal when the server
+// cannot be started.
+func Start(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	o := options{region: DefaultRegion}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	dir := t.TempDir()
+	s := &Server{
+		AccessKey: "s3test" + randHex(t, 6),
+		SecretKey: randHex(t, 20),
+		Region:    o.region,
+		AccessLog: filepath.Join(dir, "access.log"),
+		t:         t,
+		bin:       Binary(t),
+		dataDir:   filepath.Join(dir, "data"),
+		outPath:   filepath.Join(dir, "versitygw.out"),
+	}
+	if err := os.MkdirAll(s.dataDir, 0o755); err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	t.Cleanup(s.Stop)
+
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		s.addr = freeAddr(t)
+		s.Endpoint = "http://" + s.addr
+		if lastErr = s.start(); lastErr == nil {
+			return s
+		}
+	}
+	t.Fatalf("s3test: versitygw did not start: %v", lastErr)
+	return nil
+}
+
+// Stop kills the server (SIGTERM, then SIGKILL after 5 s) and waits for
+// it. Safe to call more than once.
+func (s *Server) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	p := s.cmd.Process
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(stopTimeout):
+		_ = p.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+}
+
+// Restart stops the server and starts it again on the same port with the
+// same data, so objects survive.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Stop()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("s3test: versitygw did not restart: %v", err)
+	}
+}
+
+func (s *Server) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		return errors.New("already running")
+	}
+	out, err := os.OpenFile(s.outPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	cmd := exec.Command(s.bin,
+		"--port", s.addr,
+		"--region", s.Region,
+		"--quiet",
+		"--access-log", s.AccessLog,
+		"posix", s.dataDir)
+	cmd.Env = append(cleanEnv(),
+		"ROOT_ACCESS_KEY="+s.AccessKey,
+		"ROOT_SECRET_KEY="+s.SecretKey)
+	cmd.Stdout = out
+	cmd.Stderr = out
+	if err := startChild(cmd); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+
+	deadline := time.Now().Add(readyTimeout)
+	hc := &http.Client{Timeout: 500 * time.Millisecond}
+	for {
+		select {
+		case <-done:
+			return fmt.Errorf("exited early: %s", s.outputTail())
+		default:
+		}
+		if resp, err := hc.Get(s.Endpoint + "/"); err == nil {
+			resp.Body.Close()
+			s.cmd, s.done = cmd, done
+			return nil
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-done
+			return fmt.Errorf("no answer on %s within %s: %s", s.addr, readyTimeout, s.outputTail())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *Server) outputTail() string {
+	b, _ := os.ReadFile(s.outPath)
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cleanEnv drops variables versitygw would read as configuration.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "VGW_") || strings.HasPrefix(k, "ROOT_") || k == "LOGFILE" || k == "WEBHOOK" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// Client is an SDK client for the server with its root credentials,
+// path-style, without the SDK's optional checksums (the reference writer
+// sends none).
+func (s *Server) Client() *s3.Client {
+	return s.ClientWith(s.AccessKey, s.SecretKey)
+}
+
+// ClientWith is Client with other credentials (e.g. a wrong secret).
+func (s *Server) ClientWith(accessKey, secretKey string) *s3.Client {
+	return s3.New(s3.Options{
+		Region:                     s.Region,
+		Credentials:                credentials.NewStaticCredentialsProvider(accessKey, secretKey, ""),
+		BaseEndpoint:               aws.String(s.Endpoint),
+		UsePathStyle:               true,
+		RequestChecksumCalculation: aws.RequestChecksumCalculationWhenRequired,
+		ResponseChecksumValidation: aws.ResponseChecksumValidationWhenRequired,
+		RetryMaxAttempts:           1,
+	})
+}
+
+// CreateBucket creates bucket name.
+func (s *Server) CreateBucket(t testing.TB, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("s3test: create bucket %s: %v", name, err)
+	}
+}
+
+// ObjectKey is {prefix}seg/sha256/{hex} for segmentID.
+func ObjectKey(prefix, segmentID string) string {
+	return prefix + "seg/" + strings.Replace(segmentID, ":", "/", 1)
+}
+
+// SegmentID is "sha256:" + hex(sha256(b)).
+func SegmentID(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// PutSegment writes b as the reference S3SegmentStore does: key
+// {prefix}seg/sha256/{hex}, Content-Type application/octet-stream and, when
+// recordHeader is not empty, x-amz-meta-syncular-record: recordHeader. It
+// returns the segment id.
+func PutSegment(t testing.TB, c *s3.Client, bucket, prefix string, b []byte, recordHeader string) string {
+	t.Helper()
+	id := SegmentID(b)
+	in := &s3.PutObjectInput{
+		Bucket:        aws.String(bucket),
+		Key:           aws.String(ObjectKey(prefix, id)),
+		Body:          bytes.NewReader(b),
+		ContentLength: aws.Int64(int64(len(b))),
+		ContentType:   aws.String("application/octet-stream"),
+	}
+	if recordHeader != "" {
+		in.Metadata = map[string]string{"syncular-record": recordHeader}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.PutObject(ctx, in); err != nil {
+		t.Fatalf("s3test: put %s: %v", id, err)
+	}
+	return id
+}
+
+// DeleteSegment removes the object of segmentID, as a lifecycle rule would.
+func DeleteSegment(t testing.TB, c *s3.Client, bucket, prefix, segmentID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(ObjectKey(prefix, segmentID)),
+	}); err != nil {
+		var nsk *types.NoSuchKey
+		if !errors.As(err, &nsk) {
+			t.Fatalf("s3test: delete %s: %v", segmentID, err)
+		}
+	}
+}
+
+// RecordHeader encodes a record as the reference does: base64url without
+// padding of its UTF-8 JSON. A string, []byte or json.RawMessage is taken
+// as the JSON text itself (to keep a given key order); anything else is
+// marshalled with encoding/json (HTML characters not escaped).
+func RecordHeader(rec any) string {
+	var raw []byte
+	switch v := rec.(type) {
+	case string:
+		raw = []byte(v)
+	case []byte:
+		raw = v
+	case json.RawMessage:
+		raw = v
+	default:
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(rec); err != nil {
+			panic("s3test: RecordHeader: " + err.Error())
+		}
+		raw = bytes.TrimRight(buf.Bytes(), "\n")
+	}
+	return base64.RawURLEncoding.EncodeToString(raw)
+}
+
+// Request is one line of the server's access log.
+type Request struct {
+	Bucket     string
+	Operation  string // e.g. "s3_GetObject", "s3_HeadObject"
+	Key        string
+	RequestURI string
+	Status     int
+}
+
+// Requests reads the access log: every request the server answered so far.
+func (s *Server) Requests(t testing.TB) []Request {
+	t.Helper()
+	f, err := os.Open(s.AccessLog)
+	if err != nil {
+		t.Fatalf("s3test: access log: %v", err)
+	}
+	defer f.Close()
+	var reqs []Request
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		// owner bucket [dd/Month/yyyy:hh:mm:ss +zzzz] ip requester reqid op key uri status ...
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 11 || !strings.HasPrefix(fields[2], "[") {
+			continue
+		}
+		status, _ := strconv.Atoi(fields[10])
+		reqs = append(reqs, Request{
+			Bucket:     fields[1],
+			Operation:  fields[7],
+			Key:        fields[8],
+			RequestURI: fields[9],
+			Status:     status,
+		})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("s3test: access log: %v", err)
+	}
+	return reqs
+}
+
+// CountRequests counts logged requests of operation op (e.g.
+// "s3_GetObject"; "" for any) on object key (""for any).
+func (s *Server) CountRequests(t testing.TB, op, key string) int {
+	t.Helper()
+	n := 0
+	for _, r := range s.Requests(t) {
+		if (op == "" || r.Operation == op) && (key == "" || r.Key == key) {
+			n++
+		}
+	}
+	return n
+}
+
+var (
+	installMu   sync.Mutex
+	installDone bool
+)
+
+// Binary returns the versitygw binary: $VERSITYGW, or
+// <repo>/.tools/bin/versitygw, running <repo>/scripts/tools.sh versitygw
+// once when it is missing. It calls t.Fatal when none can be had.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("VERSITYGW"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("s3test: $VERSITYGW: %v", err)
+		}
+		return p
+	}
+	root := repoRoot(t)
+	bin := filepath.Join(root, ".tools", "bin", "versitygw")
+	if isExecutable(bin) {
+		return bin
+	}
+	installMu.Lock()
+	defer installMu.Unlock()
+	if !installDone && !isExecutable(bin) {
+		installDone = true
+		if err := install(root); err != nil {
+			t.Fatalf("s3test: installing versitygw: %v", err)
+		}
+	}
+	if !isExecutable(bin) {
+		t.Fatalf("s3test: %s missing after scripts/tools.sh versitygw (set VERSITYGW to a versitygw binary)", bin)
+	}
+	return bin
+}
+
+func install(root string) error {
+	if err := os.MkdirAll(filepath.Join(root, ".tools"), 0o755); err != nil {
+		return err
+	}
+	// Test binaries of several packages may get here at once: one installs,
+	// the others wait on the lock and then find the binary.
+	unlock, err := lockFile(filepath.Join(root, ".tools", ".s3test-install.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if isExecutable(filepath.Join(root, ".tools", "bin", "versitygw")) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts", "tools.sh"), "versitygw")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func isExecutable(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// repoRoot walks up from the working directory to the directory holding
+// go.mod.
+func repoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatalf("s3test: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+func randHex(t testing.TB, n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,538 @@
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// Defaults of S3Config.
+const (
+	// DefaultS3Timeout bounds one store call (all its attempts) when
+	// S3Config.Timeout is zero.
+	DefaultS3Timeout = 10 * time.Second
+	// s3MaxAttempts is the SDK retry budget per call: one try and one retry.
+	// Both run inside the call's timeout, so a fault surfaces within it.
+	s3MaxAttempts = 2
+	// s3MaxBackoff caps the wait before the retry.
+	s3MaxBackoff = 250 * time.Millisecond
+)
+
+// ErrRangeNotSatisfiable is the sentinel of a 416 answer from the object
+// store. Errors carrying it are *RangeNotSatisfiableError.
+var ErrRangeNotSatisfiable = errors.New("range not satisfiable")
+
+// RangeNotSatisfiableError is the object store's 416: the requested range
+// does not overlap the object. Size is the object's length when the store
+// said so (Content-Range: bytes */N), else -1 (versitygw and AWS do not
+// send it on 416; use the record's ByteLength).
+type RangeNotSatisfiableError struct {
+	Size int64
+}
+
+func (e *RangeNotSatisfiableError) Error() string {
+	if e.Size >= 0 {
+		return "store: s3 range not satisfiable (object size " + strconv.FormatInt(e.Size, 10) + ")"
+	}
+	return "store: s3 range not satisfiable"
+}
+
+// Is makes errors.Is(err, ErrRangeNotSatisfiable) true.
+func (e *RangeNotSatisfiableError) Is(target error) bool { return target == ErrRangeNotSatisfiable }
+
+// S3Config configures an S3-compatible segment store (PROTOCOL.md §5.2):
+// AWS S3, Cloudflare R2, MinIO, versitygw.
+type S3Config struct {
+	// Bucket holds the segment objects. Required.
+	Bucket string
+	// Region signs requests. "auto" for R2. When empty, the SDK's chain
+	// (AWS_REGION, shared config) must supply one.
+	Region string
+	// Endpoint is the service origin, e.g. https://<account>.r2.cloudflarestorage.com
+	// or http://127.0.0.1:9000. Empty: the AWS endpoint for Region.
+	Endpoint string
+	// Prefix is prepended to every key, e.g. "syncular/". Default none.
+	Prefix string
+	// AccessKeyID and SecretAccessKey select static credentials (with an
+	// optional SessionToken). When both are empty the SDK's default chain
+	// is used: environment, shared config/profile, web identity, container
+	// and instance roles, refreshed through the SDK's credentials cache.
+	AccessKeyID     string
+	SecretAccessKey string
+	SessionToken    string
+	// PathStyle addresses objects as {endpoint}/{bucket}/{key} (the
+	// reference layout). The zero value is virtual-hosted style; callers
+	// default it to true.
+	PathStyle bool
+	// Timeout bounds each Lookup, and each Open until the response headers
+	// arrive (the body then streams under the caller's context only).
+	// Default DefaultS3Timeout.
+	Timeout time.Duration
+	// HTTPClient overrides the HTTP client. Default: a client of its own
+	// with dial and response-header timeouts of Timeout, no redirects.
+	HTTPClient *http.Client
+}
+
+// S3 reads segment records and bytes from an S3-compatible bucket the
+// reference S3SegmentStore writes. It is safe for concurrent use.
+type S3 struct {
+	client  *s3.Client
+	bucket  string
+	prefix  string
+	timeout time.Duration
+	owned   *http.Transport // closed by Close when we built it
+}
+
+// NewS3 builds the store. It performs no network I/O: credentials from the
+// default chain are fetched on first use.
+func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
+	if cfg.Bucket == "" {
+		return nil, errors.New("store: s3 bucket is required")
+	}
+	if (cfg.AccessKeyID == "") != (cfg.SecretAccessKey == "") {
+		return nil, errors.New("store: s3 access key id and secret access key must be given together")
+	}
+	if cfg.SessionToken != "" && cfg.AccessKeyID == "" {
+		return nil, errors.New("store: s3 session token given without an access key id")
+	}
+	endpoint := strings.TrimRight(cfg.Endpoint, "/")
+	if endpoint != "" {
+		u, err := url.Parse(endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return nil, errors.New("store: s3 endpoint must be an http(s) origin such as https://host[:port]")
+		}
+	}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultS3Timeout
+	}
+
+	s := &S3{bucket: cfg.Bucket, prefix: cfg.Prefix, timeout: timeout}
+	opts := []func(*config.LoadOptions) error{
+		// A buildable client lets the SDK apply AWS_CA_BUNDLE and the like;
+		// it is frozen into a client of our own below.
+		config.WithHTTPClient(awshttp.NewBuildableClient().
+			WithDialerOptions(func(d *net.Dialer) {
+				d.Timeout = timeout
+				d.KeepAlive = 30 * time.Second
+			}).
+			WithTransportOptions(func(tr *http.Transport) {
+				tr.MaxIdleConns = 256
+				tr.MaxIdleConnsPerHost = 128
+				tr.IdleConnTimeout = 90 * time.Second
+				tr.TLSHandshakeTimeout = timeout
+				tr.ResponseHeaderTimeout = timeout
+			})),
+		config.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = s3MaxAttempts
+				o.MaxBackoff = s3MaxBackoff
+			})
+		}),
+	}
+	if cfg.Region != "" {
+		opts = append(opts, config.WithRegion(cfg.Region))
+	}
+	if cfg.AccessKeyID != "" {
+		opts = append(opts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(cfg.AccessKeyID, cfg.SecretAccessKey, cfg.SessionToken)))
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		// The SDK's configuration errors name files and profiles, not
+		// credential values.
+		return nil, fmt.Errorf("store: s3 configuration: %w", err)
+	}
+	if awsCfg.Region == "" {
+		return nil, errors.New("store: s3 region is required (set region, or AWS_REGION for the default chain)")
+	}
+	if cfg.HTTPClient != nil {
+		awsCfg.HTTPClient = cfg.HTTPClient
+	} else if bc, ok := awsCfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		// Own the transport (Close releases its idle connections); no
+		// client-wide timeout, which would cut long body streams.
+		s.owned = bc.GetTransport()
+		awsCfg.HTTPClient = &http.Client{
+			Transport: s.owned,
+			CheckRedirect: func(*http.Request, []*http.Request) error {
+				return http.ErrUseLastResponse
+			},
+		}
+	}
+	s.client = s3.NewFromConfig(awsCfg, func(o *s3.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+		o.UsePathStyle = cfg.PathStyle
+		// The edge never writes, and clients hash what they receive: skip
+		// the SDK's optional checksum headers and body validation, which
+		// some S3-compatible services do not support.
+		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+	return s, nil
+}
+
+// Client is the SDK client the store uses (a presigner shares it, and with
+// it the credentials cache).
+func (s *S3) Client() *s3.Client { return s.client }
+
+// Bucket is the configured bucket.
+func (s *S3) Bucket() string { return s.bucket }
+
+// Prefix is the configured key prefix.
+func (s *S3) Prefix() string { return s.prefix }
+
+// ObjectKey is the object key of segmentID: {prefix}seg/sha256/{hex}.
+func (s *S3) ObjectKey(segmentID string) string { return S3ObjectKey(s.prefix, segmentID) }
+
+// S3ObjectKey is the object key of segmentID under prefix:
+// {prefix}seg/sha256/{hex} (the id's first ":" replaced by "/").
+func S3ObjectKey(prefix, segmentID string) string {
+	return prefix + "seg/" + strings.Replace(segmentID, ":", "/", 1)
+}
+
+// Lookup reads the record of segmentID with one HEAD of its object. An
+// invalid id is ErrNotFound without a request; a missing object (404) is
+// ErrNotFound; a missing or corrupt record header, or an object whose length
+// is not the record's byteLength, is a fault wrapping ErrCorruptRecord.
+func (s *S3) Lookup(ctx context.Context, segmentID string) (*Record, error) {
+	if !ValidSegmentID(segmentID) {
+		return nil, ErrNotFound
+	}
+	key := s.ObjectKey(segmentID)
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+	if err != nil {
+		return nil, s3MapError("HeadObject", key, err)
+	}
+	rec, err := DecodeS3Record(out.Metadata[S3RecordMetaKey], segmentID)
+	if err != nil {
+		return nil, err
+	}
+	if out.ContentLength == nil || *out.ContentLength != rec.ByteLength {
+		return nil, fmt.Errorf("store: s3 record of %s: %w: object length is not byteLength", segmentID, ErrCorruptRecord)
+	}
+	return rec, nil
+}
+
+// Check probes bucket, credentials and permissions with a ranged GET of a
+// segment key that is never written ({prefix}seg/sha256/000…0). Only the
+// service's NoSuchKey answer passes: it is what a lifecycle-deleted object
+// will look like, so Lookup can then tell a missing object (ErrNotFound)
+// from a configuration fault. A HEAD cannot: its 404 has no body, so a
+// wrong bucket name, or on versitygw an unknown access key id, reads as
+// "not found" there. On AWS, a 403 here usually means the credentials lack
+// s3:ListBucket, without which S3 answers 403 instead of 404 for a missing
+// object (every lifecycle-deleted segment would then be a store fault).
+// Meant for startup, bounded by the store's timeout.
+func (s *S3) Check(ctx context.Context) error {
+	key := s.ObjectKey("sha256:" + strings.Repeat("0", 64))
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key, Range: aws.String("bytes=0-0")})
+	if err == nil {
+		out.Body.Close()
+		return nil
+	}
+	var nsk *types.NoSuchKey
+	if errors.As(err, &nsk) {
+		return nil
+	}
+	e, _ := s3Classify("GetObject", key, err)
+	return e
+}
+
+// S3Object is a GET of a segment object, for a handler that forwards a
+// client's Range header and answers 200/206 itself.
+type S3Object struct {
+	// Body streams the bytes; the caller closes it. It lives under the
+	// context given to OpenRange (not under the store's timeout).
+	Body io.ReadCloser
+	// StatusCode is 200 (whole object) or 206 (a range).
+	StatusCode int
+	// ContentLength is the number of bytes in Body.
+	ContentLength int64
+	// ContentRange is the store's Content-Range ("bytes a-b/size") for a
+	// 206, else "".
+	ContentRange string
+	// Size is the whole object's length: from ContentRange on a 206, from
+	// ContentLength on a 200, -1 when unknown.
+	Size int64
+}
+
+// Open returns the bytes of segmentID from off, n bytes long (n < 0: to the
+// end), streamed from one GetObject. n == 0 returns an empty body without a
+// request. A range past the end is ErrRangeNotSatisfiable.
+func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
+	if !ValidSegmentID(segmentID) {
+		return nil, ErrNotFound
+	}
+	if off < 0 {
+		return nil, errors.New("store: s3 open: negative offset")
+	}
+	if n == 0 {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	var rng string
+	switch {
+	case n > 0:
+		rng = "bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(off+n-1, 10)
+	case off > 0:
+		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
+	}
+	obj, err := s.OpenRange(ctx, segmentID, rng)
+	if err != nil {
+		return nil, err
+	}
+	return obj.Body, nil
+}
+
+// OpenRange GETs the object of segmentID, passing rangeHeader (a client's
+// Range header, "" for none) through verbatim. The store's timeout bounds
+// the wait for the response headers; the body then streams under ctx. A 416
+// is a *RangeNotSatisfiableError (errors.Is ErrRangeNotSatisfiable); a
+// missing object is ErrNotFound; everything else failing is a fault.
+func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3Object, error) {
+	if !ValidSegmentID(segmentID) {
+		return nil, ErrNotFound
+	}
+	key := s.ObjectKey(segmentID)
+	in := &s3.GetObjectInput{Bucket: &s.bucket, Key: &key}
+	if rangeHeader != "" {
+		in.Range = aws.String(rangeHeader)
+	}
+
+	// The timeout must not cut the body stream: cancel on a timer that is
+	// stopped once the headers are in, and tie the rest to Body.Close.
+	ctx, cancel := context.WithCancelCause(ctx)
+	timer := time.AfterFunc(s.timeout, func() { cancel(context.DeadlineExceeded) })
+	out, err := s.client.GetObject(ctx, in)
+	stopped := timer.Stop()
+	if err != nil {
+		cancel(nil)
+		if !stopped && errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+		}
+		return nil, s3MapError("GetObject", key, err)
+	}
+	if !stopped {
+		// The timer fired after the headers arrived: the body's context is
+		// already canceled.
+		out.Body.Close()
+		cancel(nil)
+		return nil, s3MapError("GetObject", key, context.DeadlineExceeded)
+	}
+	obj := &S3Object{
+		Body:          &s3Body{ReadCloser: out.Body, cancel: func() { cancel(nil) }},
+		StatusCode:    http.StatusOK,
+		ContentLength: aws.ToInt64(out.ContentLength),
+		ContentRange:  aws.ToString(out.ContentRange),
+		Size:          -1,
+	}
+	if raw, ok := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response); ok && raw != nil {
+		obj.StatusCode = raw.StatusCode
+	} else if obj.ContentRange != "" {
+		obj.StatusCode = http.StatusPartialContent
+	}
+	if obj.StatusCode == http.StatusPartialContent {
+		obj.Size = contentRangeSize(obj.ContentRange)
+	} else if out.ContentLength != nil {
+		obj.Size = *out.ContentLength
+	}
+	return obj, nil
+}
+
+// s3Body cancels the GET's context when the body is closed.
+type s3Body struct {
+	io.ReadCloser
+	once   sync.Once
+	cancel func()
+}
+
+func (b *s3Body) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.cancel)
+	return err
+}
+
+// Close releases idle connections of the store's own HTTP client.
+func (s *S3) Close() error {
+	if s.owned != nil {
+		s.owned.CloseIdleConnections()
+	}
+	return nil
+}
+
+// contentRangeSize parses the size of "bytes a-b/size" or "bytes */size";
+// -1 when absent or "*".
+func contentRangeSize(cr string) int64 {
+	i := strings.LastIndexByte(cr, '/')
+	if i < 0 {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(cr[i+1:]), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// S3Error is a store fault from the object store. Its message is built
+// from classified parts only (operation, key, HTTP status, the service's
+// error code, a transport class) and never carries credentials, signatures
+// or URLs with query strings. Unwrap gives the SDK error for errors.Is
+// (e.g. context.DeadlineExceeded).
+type S3Error struct {
+	Op         string // SDK operation, e.g. "HeadObject"
+	Key        string // object key
+	StatusCode int    // HTTP status, 0 when no response arrived
+	Code       string // the service's error code, e.g. "AccessDenied"
+	Reason     string // transport class when no response arrived
+	err        error
+}
+
+func (e *S3Error) Error() string {
+	var b strings.Builder
+	b.WriteString("store: s3 ")
+	b.WriteString(e.Op)
+	b.WriteString(" ")
+	b.WriteString(e.Key)
+	b.WriteString(": ")
+	if e.StatusCode != 0 {
+		b.WriteString("HTTP ")
+		b.WriteString(strconv.Itoa(e.StatusCode))
+		if e.Code != "" {
+			b.WriteString(" ")
+			b.WriteString(e.Code)
+		}
+	} else {
+		b.WriteString(e.Reason)
+	}
+	return b.String()
+}
+
+func (e *S3Error) Unwrap() error { return e.err }
+
+// Timeout reports whether the call ran out of time.
+func (e *S3Error) Timeout() bool { return errors.Is(e.err, context.DeadlineExceeded) }
+
+// s3MapError turns an SDK error into ErrNotFound, a
+// *RangeNotSatisfiableError or an *S3Error.
+func s3MapError(op, key string, err error) error {
+	var (
+		nf  *types.NotFound
+		nsk *types.NoSuchKey
+	)
+	if errors.As(err, &nf) || errors.As(err, &nsk) {
+		return ErrNotFound
+	}
+	e, hdr := s3Classify(op, key, err)
+	switch {
+	case e.StatusCode == http.StatusRequestedRangeNotSatisfiable:
+		return &RangeNotSatisfiableError{Size: contentRangeSize(hdr.Get("Content-Range"))}
+	case e.StatusCode == http.StatusNotFound && (e.Code == "" || e.Code == "NotFound" || e.Code == "NoSuchKey"):
+		// A HEAD 404 has no body: a missing bucket looks the same as a
+		// missing key there (Check tells them apart). A GET says
+		// NoSuchBucket, which stays a fault.
+		return ErrNotFound
+	}
+	return e
+}
+
+// s3Classify describes err as an *S3Error (and returns the response
+// headers, if a response arrived).
+func s3Classify(op, key string, err error) (*S3Error, http.Header) {
+	e := &S3Error{Op: op, Key: key, err: err}
+	var hdr http.Header
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.Response != nil {
+		e.StatusCode = re.Response.StatusCode
+		hdr = re.Response.Header
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		e.Code = safeErrorCode(ae.ErrorCode())
+	}
+	if e.StatusCode == 0 {
+		e.Reason = transportReason(err)
+	}
+	return e, hdr
+}
+
+// safeErrorCode keeps an error code only if it looks like one (letters,
+// digits, '.', '_', '-'; bounded), so nothing else a server echoes is logged.
+func safeErrorCode(c string) string {
+	if len(c) > 64 {
+		return ""
+	}
+	for i := 0; i < len(c); i++ {
+		b := c[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return ""
+		}
+	}
+	return c
+}
+
+func transportReason(err error) string {
+	var (
+		dnsErr  *net.DNSError
+		certErr *tls.CertificateVerificationError
+		uaErr   x509.UnknownAuthorityError
+		hostErr x509.HostnameError
+		netErr  net.Error
+		maxErr  *retry.MaxAttemptsError
+	)
+	reason := "request failed"
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		reason = "timed out"
+	case errors.Is(err, context.Canceled):
+		reason = "canceled"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		reason = "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		reason = "connection reset"
+	case errors.As(err, &dnsErr):
+		reason = "dns lookup failed"
+	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr):
+		reason = "tls certificate rejected"
+	case errors.As(err, &netErr) && netErr.Timeout():
+		reason = "timed out"
+	case strings.Contains(err.Error(), "credential"):
+		// Credential resolution failed (default chain empty, STS refused).
+		// The SDK's texts name providers, not secrets; keep ours generic.
+		reason = "no usable credentials"
+	}
+	if errors.As(err, &maxErr) {
+		reason += " (after " + strconv.Itoa(maxErr.Attempt) + " attempts)"
+	}
+	return reason
+}
+
+// Interface guard.
+var _ Store = (*S3)(nil)
