@@ -1,0 +1,58 @@
+# caddy-syncular. The two set-up commands: `make demo` and `make test`.
+SHELL := /bin/bash
+GO    ?= go
+export GOFLAGS := -buildvcs=false
+# Tests build and find binaries through these.
+export SYNCULAR_CADDY     := $(CURDIR)/bin/caddy
+export VERSITYGW          := $(CURDIR)/.tools/bin/versitygw
+
+UNIT_PKGS := ./presign/... ./store/... ./caddymodule/... ./internal/...
+
+.PHONY: all caddy caddy-plain tools demo test vet unit race vectors integration fuzz bench clean
+
+all: caddy
+
+tools:
+	scripts/tools.sh xcaddy versitygw
+
+## caddy: build bin/caddy from xcaddy.json (Caddy + this module from the working tree)
+caddy:
+	scripts/tools.sh xcaddy
+	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -o bin/caddy
+
+## caddy-plain: stock Caddy of the same version, for side-by-side benchmarks
+caddy-plain:
+	scripts/tools.sh xcaddy
+	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -plain -o bin/caddy-plain
+
+## demo: seed a SQLite store, run Caddy with the example config, print signed URLs
+demo: caddy
+	$(GO) run ./cmd/syncular-demo
+
+## test: everything CI runs: vet, unit (with -race), vectors, fuzz smoke, integration
+test: vet unit fuzz integration
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 $(UNIT_PKGS)
+
+# The vector tests are part of `unit`; this target runs only them.
+vectors:
+	$(GO) test -count=1 -run 'Vector' -v $(UNIT_PKGS) | grep -E '^(=== RUN|--- FAIL|ok|FAIL)' | grep -v '=== RUN' 
+
+FUZZTIME ?= 10s
+fuzz:
+	scripts/fuzz.sh $(FUZZTIME)
+
+integration: caddy
+	scripts/tools.sh versitygw
+	$(GO) test -count=1 -timeout 20m ./integration/...
+
+bench: caddy caddy-plain
+	scripts/tools.sh versitygw hey
+	$(GO) run ./bench/load
+
+clean:
+	rm -rf bin .demo

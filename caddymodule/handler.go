@@ -1,0 +1,302 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// Outcomes published in {http.syncular.outcome} and the debug log.
+const (
+	outcomeGranted   = "granted"
+	outcomeNext      = "next"
+	outcomeNotModied = "not_modified"
+)
+
+// ServeHTTP implements caddyhttp.MiddlewareHandler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	tokens, signed := stParams(r.URL.RawQuery)
+	if !signed {
+		if h.Untokened == "reject" {
+			h.refuse(w, r, "", errForbidden, "a signed URL (st parameter) is required")
+			return nil
+		}
+		setPlaceholder(r, "outcome", outcomeNext)
+		return next.ServeHTTP(w, r)
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		h.refuse(w, r, "", errMethod, "segment downloads accept GET and HEAD only")
+		return nil
+	}
+	if len(tokens) != 1 {
+		h.refuse(w, r, "", errForbidden, "segment token rejected: more than one st parameter")
+		return nil
+	}
+	segID, ok := segmentFromPath(r.URL)
+	if !ok {
+		h.refuse(w, r, "", errNotFound, "not a segment id")
+		return nil
+	}
+	setPlaceholder(r, "segment_id", segID)
+
+	now := h.now()
+	claims, slot, err := h.verifier.Verify(tokens[0], segID, now)
+	if err != nil {
+		var te *presign.Error
+		msg := "segment token rejected: malformed token"
+		if errors.As(err, &te) {
+			msg = te.Error()
+		}
+		h.refuse(w, r, segID, errForbidden, msg)
+		return nil
+	}
+
+	ctx, cancel := h.storeContext(r.Context())
+	rec, err := h.store.Lookup(ctx, segID)
+	cancel()
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			h.refuse(w, r, segID, errNotFound, "segment not found")
+			return nil
+		}
+		h.storeFault(w, r, segID, "lookup", err)
+		return nil
+	}
+
+	nowMs := now.UnixMilli()
+	outcome, untilMs := store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
+	switch outcome {
+	case store.Forbidden:
+		h.refuse(w, r, segID, errForbidden, "segment token rejected: "+h.grantReason(rec, claims.SD))
+		return nil
+	case store.NotFound:
+		h.refuse(w, r, segID, errNotFound, "segment not found")
+		return nil
+	case store.Expired:
+		h.refuse(w, r, segID, errExpired, "segment expired")
+		return nil
+	}
+	// The grant never outlives the token's acceptance (exp + skew).
+	if end := tokenEndMs(claims.Exp, time.Duration(h.Skew)); end < untilMs {
+		untilMs = end
+	}
+	g := grant{segID: segID, rec: rec, now: now, untilMs: untilMs, slot: slot}
+
+	if c := h.logger.Check(zapcore.DebugLevel, "segment granted"); c != nil {
+		c.Write(zap.String("segment_id", segID), zap.Int("key_slot", slot), zap.String("delivery", h.Delivery))
+	}
+	setPlaceholder(r, "delivery", h.Delivery)
+	return h.deliver(w, r, g)
+}
+
+// grant is a request that passed every check.
+type grant struct {
+	segID   string
+	rec     *store.Record
+	now     time.Time
+	untilMs int64 // epoch ms at which the grant ends
+	slot    int   // index of the key that verified the token
+}
+
+// maxAge is the whole seconds left in the grant (never negative).
+func (g grant) maxAge() int64 {
+	s := (g.untilMs - g.now.UnixMilli()) / 1000
+	if s < 0 {
+		return 0
+	}
+	return s
+}
+
+func (g grant) etag() string { return `"` + g.segID + `"` }
+
+// deliver answers a granted request according to the delivery mode.
+func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant) error {
+	hdr := w.Header()
+	etag := g.etag()
+	hdr.Set("ETag", etag)
+	// Tenant data behind a short-lived grant: only the client's own
+	// cache may keep it, and never past the grant.
+	hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(g.maxAge(), 10))
+	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
+		setPlaceholder(r, "outcome", outcomeNotModied)
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	if h.Delivery == DeliveryRedirect {
+		return h.redirect(w, r, g)
+	}
+	return h.serve(w, r, g)
+}
+
+// serve writes the segment's bytes (whole, or one Range) from the store.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant) error {
+	size := g.rec.ByteLength
+	hdr := w.Header()
+	hdr.Set("Content-Type", "application/octet-stream")
+	hdr.Set("Accept-Ranges", "bytes")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+
+	br, rr := byteRange{off: 0, n: size}, rangeNone
+	if rh := r.Header.Get("Range"); rh != "" {
+		if ir := r.Header.Get("If-Range"); ir == "" || ir == g.etag() {
+			br, rr = parseRange(rh, size)
+			if rr == rangeNone {
+				br = byteRange{off: 0, n: size}
+			}
+		}
+	}
+	status := http.StatusOK
+	switch rr {
+	case rangeUnsatisfiable:
+		hdr.Del("Cache-Control")
+		hdr.Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
+		h.refuse(w, r, g.segID, errRange, "range not satisfiable")
+		return nil
+	case rangePartial:
+		status = http.StatusPartialContent
+		hdr.Set("Content-Range", br.contentRange(size))
+	}
+	setPlaceholder(r, "outcome", outcomeGranted)
+	if r.Method == http.MethodHead {
+		hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
+		w.WriteHeader(status)
+		return nil
+	}
+
+	// Bound the time to open the bytes, not the time to stream them.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
+	body, err := h.store.Open(ctx, g.segID, br.off, br.n)
+	timedOut := !timer.Stop()
+	if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			hdr.Del("ETag")
+			hdr.Del("Cache-Control")
+			h.refuse(w, r, g.segID, errNotFound, "segment not found")
+		case timedOut:
+			h.storeFault(w, r, g.segID, "open", context.DeadlineExceeded)
+		default:
+			h.storeFault(w, r, g.segID, "open", err)
+		}
+		return nil
+	}
+	defer body.Close()
+	hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
+	w.WriteHeader(status)
+	if _, err := io.CopyN(w, body, br.n); err != nil {
+		// Headers are gone: the client sees a short body and retries.
+		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
+			c.Write(zap.String("segment_id", g.segID), zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// refuse writes a protocol error and records the outcome.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, segID string, e protoError, msg string) {
+	setPlaceholder(r, "outcome", e.code)
+	if c := h.logger.Check(zapcore.DebugLevel, "segment refused"); c != nil {
+		c.Write(zap.String("segment_id", segID), zap.String("code", e.code), zap.String("reason", msg))
+	}
+	e.write(w, msg)
+}
+
+// storeFault answers a store that failed or timed out.
+func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, segID, op string, err error) {
+	e, msg := errStoreDown, "segment store unavailable"
+	if errors.Is(err, context.DeadlineExceeded) {
+		e, msg = errStoreTimeout, "segment store timed out"
+	}
+	if r.Context().Err() != nil {
+		// The client left; nobody reads the answer.
+		msg = "request canceled"
+	}
+	h.logger.Warn("segment store fault", zap.String("segment_id", segID), zap.String("op", op), zap.Error(err))
+	w.Header().Del("ETag")
+	w.Header().Del("Cache-Control")
+	h.refuse(w, r, segID, e, msg)
+}
+
+// grantReason names which claim failed the grant, in reference order.
+func (h *Handler) grantReason(rec *store.Record, sd string) string {
+	for i := range rec.Publications {
+		if rec.Publications[i].ScopeDigest == sd {
+			return presign.ReasonAudience
+		}
+	}
+	return presign.ReasonScope
+}
+
+// tokenEndMs is the epoch ms after which the token is refused.
+func tokenEndMs(exp float64, skew time.Duration) int64 {
+	end := (exp + skew.Seconds()) * 1000
+	if end >= math.MaxInt64/2 || math.IsNaN(end) {
+		return math.MaxInt64 / 2
+	}
+	return int64(math.Floor(end))
+}
+
+// stParams returns the values of every st parameter in a raw query, and
+// whether any was present. A value that cannot be unescaped is returned
+// as an empty token, which verification refuses.
+func stParams(rawQuery string) (tokens []string, present bool) {
+	for rawQuery != "" {
+		var pair string
+		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k != "st" {
+			if !strings.Contains(k, "%") {
+				continue
+			}
+			uk, err := url.QueryUnescape(k)
+			if err != nil || uk != "st" {
+				continue
+			}
+		}
+		tok, err := url.QueryUnescape(v)
+		if err != nil {
+			tok = ""
+		}
+		tokens = append(tokens, tok)
+	}
+	return tokens, len(tokens) > 0
+}
+
+// segmentFromPath returns the last element of the request path,
+// percent-decoded, when it is a well-formed segment id.
+func segmentFromPath(u *url.URL) (string, bool) {
+	p := u.EscapedPath()
+	last := p[strings.LastIndexByte(p, '/')+1:]
+	if len(last) > 3*71 {
+		return "", false
+	}
+	id, err := url.PathUnescape(last)
+	if err != nil || !store.ValidSegmentID(id) {
+		return "", false
+	}
+	return id, true
+}
+
+// setPlaceholder publishes {http.syncular.<name>} for logs and headers.
+func setPlaceholder(r *http.Request, name, value string) {
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("http.syncular."+name, value)
+	}
+}

@@ -1,0 +1,89 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// provisionS3 builds the S3 store (no network I/O: credentials from the
+// SDK chain are fetched on first use) and, for redirect delivery, the
+// presigner.
+func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
+	c := h.Store.S3
+	if c == nil || c.Bucket == "" {
+		return errors.New("syncular_segments: store s3 needs a bucket")
+	}
+	cfg := store.S3Config{
+		Bucket:    repl.ReplaceKnown(c.Bucket, ""),
+		Region:    repl.ReplaceKnown(c.Region, ""),
+		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),
+		Prefix:    repl.ReplaceKnown(c.Prefix, ""),
+		PathStyle: c.PathStyle == nil || *c.PathStyle,
+		Timeout:   time.Duration(h.StoreTimeout),
+	}
+	// Credentials: expanded once; errors name the setting, never the value.
+	for _, f := range []struct {
+		raw, what string
+		dst       *string
+	}{
+		{c.AccessKeyID, "access_key_id", &cfg.AccessKeyID},
+		{c.SecretAccessKey, "secret_access_key", &cfg.SecretAccessKey},
+		{c.SessionToken, "session_token", &cfg.SessionToken},
+	} {
+		if f.raw == "" {
+			continue
+		}
+		v := repl.ReplaceKnown(f.raw, "")
+		if v == "" {
+			return fmt.Errorf("syncular_segments: store s3 %s is empty (check the placeholder or environment variable it names)", f.what)
+		}
+		*f.dst = v
+	}
+	s, err := store.NewS3(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("syncular_segments: %v", err)
+	}
+	h.store = s
+	if h.Delivery == DeliveryRedirect {
+		p, err := presign.NewS3PresignerForStore(s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+		if err != nil {
+			return fmt.Errorf("syncular_segments: presign: %v", err)
+		}
+		h.presigner = p
+	}
+	return nil
+}
+
+// redirect answers 302 with a presigned GET of the segment's object that
+// lives no longer than the grant.
+func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant) error {
+	ctx, cancel := h.storeContext(r.Context())
+	defer cancel()
+	u, expires, err := h.presigner.URL(ctx, g.segID, g.now, time.UnixMilli(g.untilMs))
+	if err != nil {
+		h.storeFault(w, r, g.segID, "presign", err)
+		return nil
+	}
+	life := int64(expires.Sub(g.now) / time.Second)
+	if life < 0 {
+		life = 0
+	}
+	hdr := w.Header()
+	hdr.Set("Location", u)
+	hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(life, 10))
+	setPlaceholder(r, "outcome", outcomeGranted)
+	if c := h.logger.Check(zap.DebugLevel, "segment redirected"); c != nil {
+		c.Write(zap.String("segment_id", g.segID), zap.Time("url_expires", expires))
+	}
+	w.WriteHeader(http.StatusFound)
+	return nil
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the tools the build and tests need into .tools/bin (owned by this
+# repo, git-ignored), once per pinned version: a second run is a no-op.
+#   scripts/tools.sh [xcaddy] [versitygw] [hey]   (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOOLS="$PWD/.tools"
+mkdir -p "$TOOLS/bin"
+
+XCADDY_VERSION=v0.4.5
+VERSITYGW_VERSION=v1.8.0
+HEY_VERSION=v0.1.4
+
+install() { # name module version
+	local name=$1 mod=$2 ver=$3 stamp="$TOOLS/bin/.$1.version"
+	if [[ -x "$TOOLS/bin/$name" && -f "$stamp" && "$(cat "$stamp")" == "$ver" ]]; then
+		return 0
+	fi
+	echo "tools: installing $name $ver" >&2
+	GOBIN="$TOOLS/bin" GOFLAGS=-buildvcs=false go install "$mod@$ver"
+	echo "$ver" >"$stamp"
+}
+
+want=("$@")
+[[ ${#want[@]} -gt 0 ]] || want=(xcaddy versitygw)
+for t in "${want[@]}"; do
+	case "$t" in
+	xcaddy) install xcaddy github.com/caddyserver/xcaddy/cmd/xcaddy "$XCADDY_VERSION" ;;
+	versitygw) install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" ;;
+	hey) install hey github.com/rakyll/hey "$HEY_VERSION" ;;
+	*) echo "tools: unknown tool $t" >&2; exit 2 ;;
+	esac
+done
