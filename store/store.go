@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"regexp"
 )
 
 // ErrNotFound means the store has no record of the segment id (§4 step 1,
@@ -66,12 +65,15 @@ type Store interface {
 	Close() error
 }
 
-var segmentIDRe = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
-
 // ValidSegmentID reports whether id is "sha256:" + 64 lowercase hex digits.
 func ValidSegmentID(id string) bool {
-	if len(id) != 71 {
+	if len(id) != 71 || id[:7] != "sha256:" {
 		return false
 	}
-	return segmentIDRe.MatchString(id)
+	for i := 7; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,536 @@
+package store
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrCorruptSegment is a store fault: the bytes a store returned for a
+// segment id do not hash to it (or are not the record's byteLength long).
+// They are never served and never cached.
+var ErrCorruptSegment = errors.New("segment bytes do not match their id")
+
+// Default cache settings (see CacheOptions).
+const (
+	DefaultRecordTTL     = 2 * time.Second
+	DefaultMaxRecords    = 10_000
+	DefaultMaxBytes      = 64 << 20 // 64 MiB
+	DefaultMaxEntry      = 8 << 20  // 8 MiB
+	DefaultSharedTimeout = 5 * time.Second
+)
+
+// CacheOptions bounds a Cached store. The zero value caches nothing (it
+// only coalesces concurrent calls); DefaultCacheOptions is the documented
+// default.
+type CacheOptions struct {
+	// RecordTTL is how long a record read by Lookup is answered from
+	// memory. It is the staleness the cache allows: a record deleted from
+	// the store, a publication row removed, or a partition's logEpoch
+	// rotated in the registry is still seen for at most RecordTTL after
+	// the read that fetched it began. Publication expiry (expiresAtMs) is
+	// not affected: the grant is evaluated per request with the request's
+	// clock against the cached record. A caller about to refuse on a
+	// record calls Revalidate, so the delay only ever errs on the granting
+	// side. 0: every Lookup reads the store (concurrent ones still share
+	// one read).
+	RecordTTL time.Duration
+	// MaxRecords bounds the record cache (least recently used evicted
+	// first). The entries also tell Open a segment's length, which the
+	// bytes cache needs; 0 turns both off.
+	MaxRecords int
+	// MaxBytes is the budget of the bytes cache: segment bytes held in
+	// memory, including fills in progress. Least recently used segments
+	// are evicted first. 0 disables the bytes cache.
+	MaxBytes int64
+	// MaxEntry is the largest segment kept in the bytes cache; larger
+	// ones stream from the store uncached on every request. Capped at
+	// MaxBytes.
+	MaxEntry int64
+	// Timeout bounds one shared store call (a Lookup, or reading a
+	// segment's bytes into the cache). A shared call runs detached from
+	// the caller that started it, so a client that disconnects does not
+	// fail the others waiting on the same read. 0: DefaultSharedTimeout.
+	Timeout time.Duration
+	// Now is the clock for record ages. nil: time.Now.
+	Now func() time.Time
+}
+
+// DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
+// bytes 64 MiB, segments up to 8 MiB cached, shared calls bounded by 5s.
+func DefaultCacheOptions() CacheOptions {
+	return CacheOptions{
+		RecordTTL:  DefaultRecordTTL,
+		MaxRecords: DefaultMaxRecords,
+		MaxBytes:   DefaultMaxBytes,
+		MaxEntry:   DefaultMaxEntry,
+		Timeout:    DefaultSharedTimeout,
+	}
+}
+
+// Cached is a Store in front of another: it keeps recently read records
+// for a short TTL, keeps verified segment bytes in a bounded LRU, and
+// makes concurrent callers for the same segment id share one read of the
+// inner store (a bootstrap storm costs one store read per segment).
+//
+// Misses (ErrNotFound) are not cached, only coalesced: the cache never
+// holds an entry for an id the store does not know, so requests for
+// unknown ids cannot evict real entries. (The handler only looks up ids
+// whose token verified, so a client without a key cannot reach Lookup.)
+type Cached struct {
+	inner   Store
+	opts    CacheOptions
+	records *recordLRU
+	blobs   *blobLRU
+	lookups flight[*Record]
+	fills   flight[[]byte]
+
+	recordHits, recordMisses atomic.Int64
+	byteHits, byteMisses     atomic.Int64
+	passThrough              atomic.Int64
+}
+
+// NewCached wraps inner. Options are taken as given (see
+// DefaultCacheOptions); negative values count as 0.
+func NewCached(inner Store, opts CacheOptions) *Cached {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultSharedTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	opts.RecordTTL = max(opts.RecordTTL, 0)
+	opts.MaxRecords = max(opts.MaxRecords, 0)
+	opts.MaxBytes = max(opts.MaxBytes, 0)
+	opts.MaxEntry = min(max(opts.MaxEntry, 0), opts.MaxBytes)
+	return &Cached{
+		inner:   inner,
+		opts:    opts,
+		records: newRecordLRU(opts.MaxRecords),
+		blobs:   newBlobLRU(opts.MaxBytes),
+	}
+}
+
+// Inner returns the wrapped store.
+func (c *Cached) Inner() Store { return c.inner }
+
+// CacheStats counts cache answers since the store was built.
+type CacheStats struct {
+	RecordHits, RecordMisses int64
+	ByteHits, ByteMisses     int64
+	// PassThrough counts Opens streamed from the store uncached (too
+	// large, length unknown, or no room for a fill).
+	PassThrough int64
+	// Bytes is the memory the bytes cache holds now (entries and fills).
+	Bytes int64
+	// Records is the number of records held.
+	Records int
+}
+
+// Stats returns the counters.
+func (c *Cached) Stats() CacheStats {
+	return CacheStats{
+		RecordHits:   c.recordHits.Load(),
+		RecordMisses: c.recordMisses.Load(),
+		ByteHits:     c.byteHits.Load(),
+		ByteMisses:   c.byteMisses.Load(),
+		PassThrough:  c.passThrough.Load(),
+		Bytes:        c.blobs.usage(),
+		Records:      c.records.len(),
+	}
+}
+
+// Lookup answers from the record cache while the record is younger than
+// RecordTTL; otherwise one inner Lookup is shared by every concurrent
+// caller for the id. Errors, ErrNotFound included, are not cached.
+func (c *Cached) Lookup(ctx context.Context, segmentID string) (*Record, error) {
+	if c.opts.RecordTTL > 0 {
+		if rec, ok := c.records.get(segmentID, c.opts.Now().Add(-c.opts.RecordTTL)); ok {
+			c.recordHits.Add(1)
+			return rec, nil
+		}
+	}
+	c.recordMisses.Add(1)
+	return c.fetch(ctx, segmentID)
+}
+
+// Revalidate returns a record of segmentID at least as new as a read
+// started now, when rec (from Lookup) may have come from the cache. Call it
+// before refusing a request on rec: the cache may then let a store change
+// through late only in the permissive direction (a deleted or shortened
+// grant seen for up to RecordTTL), never refuse on a stale record (a
+// re-published or extended segment is seen at once). Refusals cost a
+// store read each (coalesced), as without the cache. ok is false when rec
+// is already fresh (nothing was read) or the read failed (err).
+func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error) {
+	if !c.records.stale(segmentID, rec) {
+		return nil, false, nil
+	}
+	fresh, err = c.fetch(ctx, segmentID)
+	if err != nil {
+		return nil, false, err
+	}
+	return fresh, true, nil
+}
+
+// fetch reads the record from the inner store, one read shared by every
+// concurrent caller for the id, and caches it.
+func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
+	return c.lookups.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
+		start := c.opts.Now()
+		rec, err := c.inner.Lookup(sctx, segmentID)
+		if err == nil && rec != nil {
+			c.records.put(segmentID, rec, start)
+		}
+		return rec, err
+	})
+}
+
+// errNoRoom: a fill would push the bytes cache over its budget.
+var errNoRoom = errors.New("store: cache: no room")
+
+// Open serves a cached segment from memory. A segment that is not cached
+// but whose length is known (from a recent Lookup) and fits MaxEntry is
+// read whole, once, by one shared call, checked against its id, cached,
+// and served to every concurrent caller. Anything else streams from the
+// inner store.
+func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
+	}
+	if c.opts.MaxBytes > 0 {
+		if b, ok := c.blobs.get(segmentID); ok {
+			c.byteHits.Add(1)
+			return sliceReader(b, off, n), nil
+		}
+		if size, ok := c.records.size(segmentID); ok && size <= c.opts.MaxEntry {
+			c.byteMisses.Add(1)
+			b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
+				return c.fill(sctx, segmentID, size)
+			})
+			if err == nil {
+				return sliceReader(b, off, n), nil
+			}
+			if !errors.Is(err, errNoRoom) {
+				return nil, err
+			}
+		}
+	}
+	c.passThrough.Add(1)
+	return c.inner.Open(ctx, segmentID, off, n)
+}
+
+// fill reads segmentID whole, verifies it and caches it.
+func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte, error) {
+	if !ValidSegmentID(segmentID) {
+		return nil, ErrNotFound
+	}
+	if b, ok := c.blobs.get(segmentID); ok {
+		return b, nil // filled while this call was being set up
+	}
+	if !c.blobs.reserve(size) {
+		return nil, errNoRoom
+	}
+	inserted := false
+	defer func() {
+		if !inserted {
+			c.blobs.release(size)
+		}
+	}()
+	rc, err := c.inner.Open(ctx, segmentID, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
+		}
+		return nil, err
+	}
+	var extra [1]byte
+	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
+		return nil, fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
+	}
+	sum := sha256.Sum256(buf)
+	var want [sha256.Size]byte
+	if _, err := hex.Decode(want[:], []byte(segmentID[7:])); err != nil || sum != want {
+		return nil, fmt.Errorf("store: %s: %w", segmentID, ErrCorruptSegment)
+	}
+	c.blobs.insert(segmentID, buf)
+	inserted = true
+	return buf, nil
+}
+
+// Close closes the inner store.
+func (c *Cached) Close() error { return c.inner.Close() }
+
+// sliceReader reads b[off:off+n] (n < 0: to the end), clamped to b like
+// the SQLite store: a range past the end is empty.
+func sliceReader(b []byte, off, n int64) io.ReadCloser {
+	size := int64(len(b))
+	off = min(off, size)
+	end := size
+	if n >= 0 && n < size-off {
+		end = off + n
+	}
+	m := &memBody{b: b[off:end]}
+	m.Reset(m.b)
+	return m
+}
+
+// memBody reads a cached segment. Bytes returns the unread part (callers
+// must not modify it), so a writer can send it in one call.
+type memBody struct {
+	bytes.Reader
+	b []byte
+}
+
+func (m *memBody) Bytes() []byte { return m.b[len(m.b)-m.Len():] }
+func (m *memBody) Close() error  { return nil }
+
+// flight makes concurrent calls for one key share a single execution
+// (singleflight). The execution runs on its own goroutine under a context
+// detached from every caller's cancellation and bounded by a timeout; a
+// caller whose context ends stops waiting, the others keep waiting.
+type flight[T any] struct {
+	mu    sync.Mutex
+	calls map[string]*flightCall[T]
+}
+
+type flightCall[T any] struct {
+	done    chan struct{}
+	val     T
+	err     error
+	waiters int // callers attached (for tests)
+}
+
+func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	g.mu.Lock()
+	if g.calls == nil {
+		g.calls = map[string]*flightCall[T]{}
+	}
+	fc, ok := g.calls[key]
+	if !ok {
+		fc = &flightCall[T]{done: make(chan struct{})}
+		g.calls[key] = fc
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		go g.run(sctx, cancel, key, fc, fn)
+	}
+	fc.waiters++
+	g.mu.Unlock()
+	select {
+	case <-fc.done:
+		return fc.val, fc.err
+	case <-ctx.Done():
+		var zero T
+		return zero, fmt.Errorf("store: cache: %w", ctx.Err())
+	}
+}
+
+func (g *flight[T]) run(ctx context.Context, cancel context.CancelFunc, key string, fc *flightCall[T], fn func(context.Context) (T, error)) {
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			fc.err = fmt.Errorf("store: cache: panic in shared store call: %v", p)
+		}
+		g.mu.Lock()
+		delete(g.calls, key)
+		g.mu.Unlock()
+		close(fc.done)
+	}()
+	fc.val, fc.err = fn(ctx)
+}
+
+// waiting returns how many callers are attached to the call for key.
+func (g *flight[T]) waiting(key string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if fc := g.calls[key]; fc != nil {
+		return fc.waiters
+	}
+	return 0
+}
+
+// recordLRU holds records with the time their read began.
+type recordLRU struct {
+	mu  sync.Mutex
+	max int
+	ll  *list.List // front: most recently used
+	m   map[string]*list.Element
+}
+
+type recordEntry struct {
+	id      string
+	rec     *Record
+	fetched time.Time
+	served  bool // returned by a cache hit at least once
+}
+
+func newRecordLRU(max int) *recordLRU {
+	return &recordLRU{max: max, ll: list.New(), m: map[string]*list.Element{}}
+}
+
+// get returns the record of id when it was fetched after notBefore.
+func (l *recordLRU) get(id string, notBefore time.Time) (*Record, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[id]
+	if !ok {
+		return nil, false
+	}
+	ent := e.Value.(*recordEntry)
+	if !ent.fetched.After(notBefore) {
+		return nil, false
+	}
+	l.ll.MoveToFront(e)
+	ent.served = true
+	return ent.rec, true
+}
+
+// stale reports whether rec may be older than a read made now: it is the
+// cached record of id and a cache hit has handed it out. A record just
+// read by a miss (not yet served from the cache) is not stale.
+func (l *recordLRU) stale(id string, rec *Record) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[id]
+	if !ok {
+		return true
+	}
+	ent := e.Value.(*recordEntry)
+	return ent.rec == rec && ent.served
+}
+
+// size returns the byte length of id's record, whatever its age: the
+// length of a content address never changes.
+func (l *recordLRU) size(id string) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.m[id]; ok {
+		return e.Value.(*recordEntry).rec.ByteLength, true
+	}
+	return 0, false
+}
+
+func (l *recordLRU) put(id string, rec *Record, fetched time.Time) {
+	if l.max <= 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.m[id]; ok {
+		ent := e.Value.(*recordEntry)
+		ent.rec, ent.fetched, ent.served = rec, fetched, false
+		l.ll.MoveToFront(e)
+		return
+	}
+	l.m[id] = l.ll.PushFront(&recordEntry{id: id, rec: rec, fetched: fetched})
+	for l.ll.Len() > l.max {
+		old := l.ll.Back()
+		l.ll.Remove(old)
+		delete(l.m, old.Value.(*recordEntry).id)
+	}
+}
+
+func (l *recordLRU) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ll.Len()
+}
+
+// blobLRU holds verified segment bytes within a byte budget that counts
+// the entries and the fills in progress.
+type blobLRU struct {
+	mu       sync.Mutex
+	max      int64
+	used     int64 // entries
+	inflight int64 // reserved by fills in progress
+	ll       *list.List
+	m        map[string]*list.Element
+}
+
+type blobEntry struct {
+	id string
+	b  []byte
+}
+
+func newBlobLRU(max int64) *blobLRU {
+	return &blobLRU{max: max, ll: list.New(), m: map[string]*list.Element{}}
+}
+
+func (l *blobLRU) get(id string) ([]byte, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.m[id]
+	if !ok {
+		return nil, false
+	}
+	l.ll.MoveToFront(e)
+	return e.Value.(*blobEntry).b, true
+}
+
+// reserve makes room for a fill of n bytes, evicting least recently used
+// entries; false when fills in progress leave no room.
+func (l *blobLRU) reserve(n int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.inflight+n > l.max {
+		return false
+	}
+	l.evictLocked(l.max - l.inflight - n)
+	l.inflight += n
+	return true
+}
+
+func (l *blobLRU) release(n int64) {
+	l.mu.Lock()
+	l.inflight -= n
+	l.mu.Unlock()
+}
+
+// insert turns a reservation of len(b) bytes into an entry.
+func (l *blobLRU) insert(id string, b []byte) {
+	n := int64(len(b))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight -= n
+	if _, ok := l.m[id]; ok {
+		return
+	}
+	l.evictLocked(l.max - l.inflight - n)
+	l.m[id] = l.ll.PushFront(&blobEntry{id: id, b: b})
+	l.used += n
+}
+
+// evictLocked drops least recently used entries until used <= limit.
+func (l *blobLRU) evictLocked(limit int64) {
+	for l.used > limit {
+		old := l.ll.Back()
+		if old == nil {
+			return
+		}
+		l.ll.Remove(old)
+		ent := old.Value.(*blobEntry)
+		delete(l.m, ent.id)
+		l.used -= int64(len(ent.b))
+	}
+}
+
+func (l *blobLRU) usage() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used + l.inflight
+}
+
+// Interface guards
+var _ Store = (*Cached)(nil)
