@@ -188,22 +188,7 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 	if !notAfter.After(now) {
 		return "", time.Time{}, ErrS3GrantEnded
 	}
-	nowNs := now.UnixNano()
-	naNs := nowNs + (p.ttl+p.window+1)*1e9 // beyond any bound: no overflow for far-future grants
-	if d := notAfter.Sub(now); d < time.Duration(p.ttl+p.window+1)*time.Second {
-		naNs = nowNs + int64(d)
-	}
-	nowS := s3FloorDiv(nowNs, 1e9)
-	aligned := nowS - s3Mod(nowS, p.window)
-	start := aligned
-	expires := s3FloorDiv(naNs-start*1e9, 1e9)
-	if expires > p.ttl {
-		expires = p.ttl
-	}
-	if (start+expires)*1e9 <= nowNs {
-		start, expires = nowS, 1
-	}
-	k := s3Key{id: segmentID, start: start, expires: expires}
+	k, aligned, nowNs := p.key(segmentID, now, notAfter)
 	sh := &p.shards[s3HexVal(segmentID[7])]
 
 	sh.mu.RLock()
@@ -213,11 +198,11 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 		return e.url, time.Unix(0, e.until), nil
 	}
 
-	url, credUntil, err := p.sign(ctx, segmentID, start, expires)
+	url, credUntil, err := p.sign(ctx, segmentID, k.start, k.expires)
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	until := (start + expires) * 1e9
+	until := (k.start + k.expires) * 1e9
 	if credUntil != 0 && credUntil < until {
 		until = credUntil
 	}
@@ -235,6 +220,46 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 		return "", time.Time{}, errors.New("presign: s3: credentials expire before the URL could be used")
 	}
 	return url, time.Unix(0, until), nil
+}
+
+// CachedURL is URL answered from the cache only: ok is false when the URL
+// for this request is not cached yet (call URL then). It does no I/O and
+// needs no context.
+func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
+	if !s3ValidID(segmentID) || !notAfter.After(now) {
+		return "", time.Time{}, false
+	}
+	k, _, nowNs := p.key(segmentID, now, notAfter)
+	sh := &p.shards[s3HexVal(segmentID[7])]
+	sh.mu.RLock()
+	e, hit := sh.m[k]
+	sh.mu.RUnlock()
+	if !hit || nowNs >= e.until {
+		return "", time.Time{}, false
+	}
+	return e.url, time.Unix(0, e.until), true
+}
+
+// key is the cache key of a request at now for a grant ending at notAfter
+// (the signing start and expires described at URL), the window start, and
+// now in nanoseconds.
+func (p *S3Presigner) key(segmentID string, now, notAfter time.Time) (k s3Key, aligned, nowNs int64) {
+	nowNs = now.UnixNano()
+	naNs := nowNs + (p.ttl+p.window+1)*1e9 // beyond any bound: no overflow for far-future grants
+	if d := notAfter.Sub(now); d < time.Duration(p.ttl+p.window+1)*time.Second {
+		naNs = nowNs + int64(d)
+	}
+	nowS := s3FloorDiv(nowNs, 1e9)
+	aligned = nowS - s3Mod(nowS, p.window)
+	start := aligned
+	expires := s3FloorDiv(naNs-start*1e9, 1e9)
+	if expires > p.ttl {
+		expires = p.ttl
+	}
+	if (start+expires)*1e9 <= nowNs {
+		start, expires = nowS, 1
+	}
+	return s3Key{id: segmentID, start: start, expires: expires}, aligned, nowNs
 }
 
 // insert adds e under k; sh.mu is held. The first insert of a window drops

@@ -20,6 +20,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"hash"
 	"strings"
 	"time"
 )
@@ -82,6 +83,7 @@ type Claims struct {
 // after construction and safe for concurrent use.
 type Verifier struct {
 	keys   [][]byte
+	macs   []hash.Hash // per key, keyed HMAC state to clone (nil: not clonable)
 	skew   time.Duration
 	maxLen int
 }
@@ -103,6 +105,16 @@ func NewVerifier(keys [][]byte, skew time.Duration, maxLen int) *Verifier {
 	}
 	for i, k := range keys {
 		v.keys[i] = append([]byte(nil), k...)
+	}
+	// Keyed HMAC states, computed once: a verification clones one instead
+	// of hashing the padded key again. Never written after this.
+	v.macs = make([]hash.Hash, len(v.keys))
+	for i, k := range v.keys {
+		h := hmac.New(sha256.New, k)
+		h.Reset()
+		if _, ok := h.(hash.Cloner); ok {
+			v.macs[i] = h
+		}
 	}
 	if v.maxLen <= 0 {
 		v.maxLen = DefaultMaxTokenLen
@@ -220,13 +232,23 @@ func (v *Verifier) matchKey(payload, mac []byte) int {
 	slot := -1
 	var sum [sha256.Size]byte
 	for i, key := range v.keys {
-		h := hmac.New(sha256.New, key)
+		h := v.mac(i, key)
 		h.Write(payload)
 		eq := subtle.ConstantTimeCompare(h.Sum(sum[:0]), mac)
 		first := subtle.ConstantTimeEq(int32(slot), -1)
 		slot = subtle.ConstantTimeSelect(eq&first, i, slot)
 	}
 	return slot
+}
+
+// mac returns a fresh HMAC-SHA256 of key (slot i).
+func (v *Verifier) mac(i int, key []byte) hash.Hash {
+	if p := v.macs[i]; p != nil {
+		if h, err := p.(hash.Cloner).Clone(); err == nil {
+			return h
+		}
+	}
+	return hmac.New(sha256.New, key)
 }
 
 // decodeBase64Loose decodes s the way the reference does:
@@ -237,6 +259,19 @@ func (v *Verifier) matchKey(payload, mac []byte) int {
 // the standard alphabet (including a remaining '='), is an error; non-zero
 // trailing bits in the last character are ignored.
 func decodeBase64Loose(s string) ([]byte, error) {
+	if base64URLOnly(s) {
+		// Only base64url characters (the form every signer emits): the
+		// translation is the identity on the URL alphabet, nothing to
+		// strip, so the unpadded URL decoder gives the same answer.
+		out := make([]byte, base64.RawURLEncoding.DecodedLen(len(s)))
+		n, err := base64.RawURLEncoding.Decode(out, []byte(s))
+		return out[:n], err
+	}
+	return decodeBase64Forgiving(s)
+}
+
+// decodeBase64Forgiving is decodeBase64Loose without the fast path.
+func decodeBase64Forgiving(s string) ([]byte, error) {
 	buf := make([]byte, 0, len(s))
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
@@ -261,6 +296,17 @@ func decodeBase64Loose(s string) ([]byte, error) {
 	out := make([]byte, base64.RawStdEncoding.DecodedLen(len(buf)))
 	n, err := base64.RawStdEncoding.Decode(out, buf)
 	return out[:n], err
+}
+
+// base64URLOnly reports whether s holds only A–Z, a–z, 0–9, '-' and '_'.
+func base64URLOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // Sign returns the token the reference signSegmentToken produces for the

@@ -1,0 +1,35 @@
+package presign
+
+import (
+	"context"
+	"testing"
+
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// TestS3CachedURL: CachedURL answers exactly what URL would from its
+// cache, and nothing before URL signed it.
+func TestS3CachedURL(t *testing.T) {
+	st := s3tStore(t, store.S3Config{Prefix: "syncular/"})
+	p := s3tPresigner(t, st, S3PresignOptions{})
+	for _, tc := range []struct{ now, notAfter float64 }{{1, 1e6}, {100, 130}, {200.5, 200.9}} {
+		now, notAfter := s3tAt(tc.now), s3tAt(tc.notAfter)
+		if _, _, ok := p.CachedURL(s3tSeg, now, notAfter); ok {
+			t.Fatalf("%v: hit before any URL was signed", tc)
+		}
+		u, exp, err := p.URL(context.Background(), s3tSeg, now, notAfter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cu, cexp, ok := p.CachedURL(s3tSeg, now, notAfter)
+		if !ok || cu != u || !cexp.Equal(exp) {
+			t.Fatalf("%v: CachedURL = %q %v %v, URL = %q %v", tc, cu, cexp, ok, u, exp)
+		}
+	}
+	if _, _, ok := p.CachedURL(s3tSeg, s3tAt(5), s3tAt(5)); ok {
+		t.Fatal("hit for an ended grant")
+	}
+	if _, _, ok := p.CachedURL("sha256:xyz", s3tAt(1), s3tAt(1e6)); ok {
+		t.Fatal("hit for a malformed id")
+	}
+}
