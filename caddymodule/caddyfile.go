@@ -47,6 +47,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    presign_ttl      <duration>                    # default 60s
 //	    store_timeout    <duration>                    # default 5s
 //	    max_token_length <bytes>                       # default 4096
+//	    disable_metrics                                # no caddy_syncular_* metrics
+//	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config
+//	    cache {                                        # in-memory cache; every line optional
+//	        max_bytes   <size>                         # default 64MiB; 0 disables the bytes cache
+//	        max_entry   <size>                         # default 8MiB: larger segments stream uncached
+//	        record_ttl  <duration>                     # default 2s; 0 disables the record cache
+//	        max_records <n>                            # default 10000
+//	    }
 //	}
 //
 // Secrets may be {env.NAME} or {file.PATH} placeholders, expanded once at
@@ -142,6 +150,27 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			if d.NextArg() {
 				return d.ArgErr()
+			}
+		case "disable_metrics":
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			h.DisableMetrics = true
+		case "verify_store_on_start":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v, err := strconv.ParseBool(d.Val())
+			if err != nil {
+				return d.Errf("verify_store_on_start must be true or false, not %q", d.Val())
+			}
+			h.VerifyStoreOnStart = &v
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "cache":
+			if err := h.unmarshalCache(d); err != nil {
+				return err
 			}
 		case "store":
 			if err := h.unmarshalStore(d); err != nil {

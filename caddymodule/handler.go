@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"context"
 	"errors"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -29,12 +28,17 @@ const (
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	h.life.enter()
+	defer h.life.leave()
+	d := decision{slot: -1}
+	defer h.finish(r, &d)
 	tokens, signed := stParams(r.URL.RawQuery)
 	if !signed {
 		if h.Untokened == "reject" {
 			h.refuse(w, r, "", errForbidden, "a signed URL (st parameter) is required")
 			return nil
 		}
+		d.outcome = outcomeNext
 		setPlaceholder(r, "outcome", outcomeNext)
 		return next.ServeHTTP(w, r)
 	}
@@ -53,9 +57,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	setPlaceholder(r, "segment_id", segID)
+	d.segID = segID
 
 	now := h.now()
 	claims, slot, err := h.verifier.Verify(tokens[0], segID, now)
+	d.slot = slot
+	h.metrics.verification(slot)
+	setPlaceholder(r, "key_slot", slotLabel(slot))
 	if err != nil {
 		var te *presign.Error
 		msg := "segment token rejected: malformed token"
@@ -66,9 +74,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 
-	ctx, cancel := h.storeContext(r.Context())
+	d.aud = claims.Aud
+	ctx, cancel := h.lookupContext(r.Context())
+	start := time.Now()
 	rec, err := h.store.Lookup(ctx, segID)
+	d.lookup = time.Since(start)
 	cancel()
+	h.metrics.storeOp(opLookup, d.lookup)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			h.refuse(w, r, segID, errNotFound, "segment not found")
@@ -80,6 +92,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	nowMs := now.UnixMilli()
 	outcome, untilMs := store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
+	if outcome != store.Granted {
+		// Through the cache, refuse only on a fresh record.
+		if fresh, ok := h.revalidate(r.Context(), segID, rec); ok {
+			rec = fresh
+			outcome, untilMs = store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
+		}
+	}
 	switch outcome {
 	case store.Forbidden:
 		h.refuse(w, r, segID, errForbidden, "segment token rejected: "+h.grantReason(rec, claims.SD))
@@ -96,12 +115,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		untilMs = end
 	}
 	g := grant{segID: segID, rec: rec, now: now, untilMs: untilMs, slot: slot}
-
-	if c := h.logger.Check(zapcore.DebugLevel, "segment granted"); c != nil {
-		c.Write(zap.String("segment_id", segID), zap.Int("key_slot", slot), zap.String("delivery", h.Delivery))
-	}
 	setPlaceholder(r, "delivery", h.Delivery)
-	return h.deliver(w, r, g)
+	return h.deliver(w, r, g, &d)
 }
 
 // grant is a request that passed every check.
@@ -125,7 +140,8 @@ func (g grant) maxAge() int64 {
 func (g grant) etag() string { return `"` + g.segID + `"` }
 
 // deliver answers a granted request according to the delivery mode.
-func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant) error {
+// d collects the store latencies for the decision line.
+func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant, d *decision) error {
 	hdr := w.Header()
 	etag := g.etag()
 	hdr.Set("ETag", etag)
@@ -138,13 +154,13 @@ func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant) error
 		return nil
 	}
 	if h.Delivery == DeliveryRedirect {
-		return h.redirect(w, r, g)
+		return h.redirect(w, r, g, d)
 	}
-	return h.serve(w, r, g)
+	return h.serve(w, r, g, d)
 }
 
 // serve writes the segment's bytes (whole, or one Range) from the store.
-func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant) error {
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *decision) error {
 	size := g.rec.ByteLength
 	hdr := w.Header()
 	hdr.Set("Content-Type", "application/octet-stream")
@@ -182,8 +198,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant) error {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
+	start := time.Now()
 	body, err := h.store.Open(ctx, g.segID, br.off, br.n)
 	timedOut := !timer.Stop()
+	d.open = time.Since(start)
+	h.metrics.storeOp(opOpen, d.open)
 	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
@@ -200,7 +219,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant) error {
 	defer body.Close()
 	hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
 	w.WriteHeader(status)
-	if _, err := io.CopyN(w, body, br.n); err != nil {
+	n, err := copyBody(w, body, br.n)
+	h.metrics.bytes(n)
+	if err != nil {
 		// Headers are gone: the client sees a short body and retries.
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
 			c.Write(zap.String("segment_id", g.segID), zap.Error(err))
@@ -209,13 +230,60 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant) error {
 	return nil
 }
 
-// refuse writes a protocol error and records the outcome.
+// refuse writes a protocol error and records the outcome (the debug
+// line is written by finish).
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, segID string, e protoError, msg string) {
 	setPlaceholder(r, "outcome", e.code)
-	if c := h.logger.Check(zapcore.DebugLevel, "segment refused"); c != nil {
-		c.Write(zap.String("segment_id", segID), zap.String("code", e.code), zap.String("reason", msg))
-	}
+	setPlaceholder(r, "reason", msg)
 	e.write(w, msg)
+}
+
+// decision is what one request's handling found out, for the metrics and
+// the debug line finish writes.
+type decision struct {
+	outcome string // set for "next" only; otherwise read from the replacer
+	segID   string
+	slot    int    // key slot that verified the MAC, -1 none
+	aud     string // the token's audience (logged only as aud_hash)
+	lookup  time.Duration
+	open    time.Duration
+	presign time.Duration
+}
+
+// finish counts the request and writes one debug line per decision:
+// segment_id, outcome, reason, key_slot, delivery, store_ms and aud_hash
+// (never the token, a key, an audience or a partition id).
+func (h *Handler) finish(r *http.Request, d *decision) {
+	outcome, reason := d.outcome, ""
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		if outcome == "" {
+			outcome = replString(repl, "http.syncular.outcome")
+		}
+		reason = replString(repl, "http.syncular.reason")
+	}
+	h.metrics.request(outcome)
+	c := h.logger.Check(zapcore.DebugLevel, "segment decision")
+	if c == nil {
+		return
+	}
+	delivery := ""
+	if outcome == outcomeGranted || outcome == outcomeNotModied {
+		delivery = h.Delivery
+	}
+	aud := ""
+	if d.aud != "" {
+		aud = audHash(d.aud)
+	}
+	storeMs := float64(d.lookup+d.open+d.presign) / float64(time.Millisecond)
+	c.Write(zap.String("segment_id", d.segID), zap.String("outcome", outcome), zap.String("reason", reason),
+		zap.String("key_slot", slotLabel(d.slot)), zap.String("delivery", delivery),
+		zap.Float64("store_ms", storeMs), zap.String("aud_hash", aud))
+}
+
+func replString(repl *caddy.Replacer, key string) string {
+	v, _ := repl.Get(key)
+	s, _ := v.(string)
+	return s
 }
 
 // storeFault answers a store that failed or timed out.
@@ -270,9 +338,12 @@ func stParams(rawQuery string) (tokens []string, present bool) {
 				continue
 			}
 		}
-		tok, err := url.QueryUnescape(v)
-		if err != nil {
-			tok = ""
+		tok := v // a token is base64url: nothing to unescape, usually
+		if strings.IndexByte(v, '%') >= 0 || strings.IndexByte(v, '+') >= 0 {
+			var err error
+			if tok, err = url.QueryUnescape(v); err != nil {
+				tok = ""
+			}
 		}
 		tokens = append(tokens, tok)
 	}

@@ -75,13 +75,34 @@ type Handler struct {
 	// Default: 4096 bytes.
 	MaxTokenLength int `json:"max_token_length,omitempty"`
 
+	// Turns off the caddy_syncular_* Prometheus metrics of this handler.
+	// Default: false (metrics on).
+	DisableMetrics bool `json:"disable_metrics,omitempty"`
+
+	// Probe an s3 store at provision (bucket, credentials, permissions;
+	// bounded by store_timeout) and fail the config when it does not
+	// answer: `caddy validate`, start-up and a reload then refuse a config
+	// whose bucket is unreachable, and a reload keeps the running config.
+	// false: only log a warning, so an edge can start while the bucket
+	// has a blip. Default: true. A sqlite store is always opened and
+	// checked at provision.
+	VerifyStoreOnStart *bool `json:"verify_store_on_start,omitempty"`
+
+	// In-memory record and bytes cache in front of the store, and request
+	// coalescing (see CacheConfig for every default). Default: on.
+	Cache *CacheConfig `json:"cache,omitempty"`
+
 	verifier  *presign.Verifier
 	presigner *presign.S3Presigner
 	audience  presign.Audience
 	store     store.Store
-	poolKey   string // set when store came from the usage pool
+	poolKey   string    // set when store came from the usage pool
+	life      *lifetime // releases the store after the last in-flight request
 	logger    *zap.Logger
 	now       func() time.Time
+
+	metrics    *handlerMetrics // nil: metrics disabled
+	statsCache cacheStatser    // the store's cache, reported in metrics
 }
 
 // AudienceConfig selects the audience rule (PROTOCOL.md §3).
@@ -139,9 +160,21 @@ type pooledSQLite struct{ *store.SQLite }
 
 func (p pooledSQLite) Destruct() error { return p.SQLite.Close() }
 
-// Provision sets defaults, resolves secrets and opens the store.
+// Provision sets defaults, resolves secrets, opens the store and
+// registers the metrics.
 func (h *Handler) Provision(ctx caddy.Context) error {
+	if err := h.provision(ctx); err != nil {
+		return err
+	}
+	if err := h.provisionCache(); err != nil {
+		return err
+	}
+	return h.provisionMetrics(ctx)
+}
+
+func (h *Handler) provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
+	h.life = new(lifetime)
 	repl := caddy.NewReplacer()
 	if err := h.setDefaults(); err != nil {
 		return err
@@ -315,18 +348,31 @@ func (h *Handler) Validate() error {
 // Cleanup releases the store. It runs after a failed Provision too, so
 // every field may be nil.
 func (h *Handler) Cleanup() error {
-	if h.poolKey != "" {
-		_, err := sqlitePool.Delete(h.poolKey)
-		h.poolKey = ""
-		h.store = nil
-		return err
+	h.cleanupMetrics()
+	key, st := h.poolKey, h.store
+	h.poolKey = ""
+	if key == "" && st == nil {
+		return nil
 	}
-	if h.store != nil {
-		err := h.store.Close()
-		h.store = nil
+	// On a reload Caddy cleans up the old config while its servers are
+	// still finishing requests: release the store (and keep h.store
+	// set) only once the last of them is done.
+	var err error
+	done := make(chan struct{})
+	h.life.end(func() {
+		if key != "" {
+			_, err = sqlitePool.Delete(key)
+		} else {
+			err = st.Close()
+		}
+		close(done)
+	})
+	select {
+	case <-done:
 		return err
+	default:
+		return nil // released later, by the last in-flight request
 	}
-	return nil
 }
 
 // storeContext bounds one store operation.

@@ -53,6 +53,9 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		return fmt.Errorf("syncular_segments: %v", err)
 	}
 	h.store = s
+	if err := h.checkS3(ctx, s); err != nil {
+		return err
+	}
 	if h.Delivery == DeliveryRedirect {
 		p, err := presign.NewS3PresignerForStore(s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
@@ -65,10 +68,11 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 
 // redirect answers 302 with a presigned GET of the segment's object that
 // lives no longer than the grant.
-func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant) error {
-	ctx, cancel := h.storeContext(r.Context())
-	defer cancel()
-	u, expires, err := h.presigner.URL(ctx, g.segID, g.now, time.UnixMilli(g.untilMs))
+func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *decision) error {
+	start := time.Now()
+	u, expires, err := h.presignURL(r.Context(), g)
+	d.presign = time.Since(start)
+	h.metrics.storeOp(opPresign, d.presign)
 	if err != nil {
 		h.storeFault(w, r, g.segID, "presign", err)
 		return nil
@@ -81,9 +85,31 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant) erro
 	hdr.Set("Location", u)
 	hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(life, 10))
 	setPlaceholder(r, "outcome", outcomeGranted)
-	if c := h.logger.Check(zap.DebugLevel, "segment redirected"); c != nil {
-		c.Write(zap.String("segment_id", g.segID), zap.Time("url_expires", expires))
-	}
 	w.WriteHeader(http.StatusFound)
 	return nil
+}
+
+// checkS3 probes the bucket once at provision (store.(*S3).Check: one
+// ranged GET of a key that is never written, bounded by store_timeout).
+// With verify_store_on_start (the default) an unreachable or misconfigured
+// bucket fails the config, so `caddy validate` reports it and a reload
+// never replaces a working config with a broken one; with
+// verify_store_on_start false it is only a warning and the edge starts
+// (requests then answer 503 until the bucket is back).
+func (h *Handler) checkS3(ctx caddy.Context, s *store.S3) error {
+	err := s.Check(ctx)
+	if err == nil {
+		return nil
+	}
+	where := fmt.Sprintf("bucket %q", s.Bucket())
+	if h.Store.S3.Endpoint != "" {
+		where += " at " + h.Store.S3.Endpoint
+	}
+	if h.VerifyStoreOnStart != nil && !*h.VerifyStoreOnStart {
+		h.logger.Warn("s3 store unreachable at start; serving anyway (verify_store_on_start false)",
+			zap.String("bucket", s.Bucket()), zap.Error(err))
+		return nil
+	}
+	return fmt.Errorf("syncular_segments: store s3: %s unreachable at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %v",
+		where, time.Duration(h.StoreTimeout), err)
 }

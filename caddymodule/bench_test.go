@@ -1,0 +1,150 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/syncular/caddy-syncular/internal/s3test"
+	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// Full ServeHTTP on a warm edge, in process (no network, no Caddy server
+// around it, metrics not provisioned): token verify, record from the
+// record cache, grant check, then either the bytes from the bytes cache
+// (serve) or a cached presigned URL (redirect). The stores behind the
+// cache are real: a seeded SQLite file, and versitygw on loopback.
+
+// discardWriter is a ResponseWriter that keeps headers and drops the body.
+type discardWriter struct {
+	hdr    http.Header
+	status int
+	n      int64
+}
+
+func (w *discardWriter) Header() http.Header { return w.hdr }
+func (w *discardWriter) WriteHeader(s int)   { w.status = s }
+func (w *discardWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+func benchServeHTTP(b *testing.B, h *Handler, target string, wantStatus int, wantBytes int64) {
+	b.Helper()
+	// Warm the caches with one request, as a storm's first client would.
+	if rec, _ := serve(b, h, http.MethodGet, target, nil); rec.Code != wantStatus {
+		b.Fatalf("warm-up: status %d", rec.Code)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		req := httptest.NewRequest(http.MethodGet, target, nil)
+		repl := caddyhttp.NewTestReplacer(req)
+		req = req.WithContext(context.WithValue(req.Context(), caddy.ReplacerCtxKey, repl))
+		w := &discardWriter{hdr: http.Header{}}
+		for pb.Next() {
+			clear(w.hdr)
+			w.status, w.n = 0, 0
+			if err := h.ServeHTTP(w, req, nextHandler); err != nil {
+				b.Error(err)
+				return
+			}
+			if w.status != wantStatus || w.n != wantBytes {
+				b.Errorf("status %d, %d bytes", w.status, w.n)
+				return
+			}
+		}
+	})
+}
+
+func benchCacheOptions(h *Handler) store.CacheOptions {
+	o := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
+	o.RecordTTL = time.Hour // the clock is fixed anyway; no refetch during the run
+	return o
+}
+
+func BenchmarkServeHTTPServeHit(b *testing.B) {
+	for _, size := range []int{2 << 10, 256 << 10} {
+		b.Run(byteSize(size), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "bench.sqlite")
+			w, err := seed.Create(path, 3)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			body := bytes.Repeat([]byte("segment!"), size/8)
+			id, err := w.Put(seed.SegmentInput{Bytes: body, Publication: pub("p1", digestA, testNow.Add(time.Hour))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			s, err := store.OpenSQLite(path, store.SQLiteOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := newTestHandler(b, nil, nil)
+			c := store.NewCached(s, benchCacheOptions(h))
+			defer c.Close()
+			h.store = c
+			target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+			benchServeHTTP(b, h, target, http.StatusOK, int64(size))
+			b.StopTimer()
+			if st := c.Stats(); st.ByteMisses != 1 || st.RecordMisses != 1 {
+				b.Fatalf("not warm: %+v", st)
+			}
+		})
+	}
+}
+
+func BenchmarkServeHTTPRedirect(b *testing.B) {
+	srv := s3test.Start(b)
+	srv.CreateBucket(b, "bench")
+	body := bytes.Repeat([]byte{1}, 2048)
+	rec := map[string]any{
+		"partition": "p1", "logEpoch": "e1", "table": "tasks", "schemaVersion": 3, "mediaType": "rows",
+		"scopeDigest": digestA, "asOfCommitSeq": 1, "rowCount": 1, "rowCursor": nil, "nextRowCursor": nil,
+		"segmentId": s3test.SegmentID(body), "byteLength": len(body),
+		"createdAtMs": testNow.UnixMilli(), "expiresAtMs": testNow.Add(time.Hour).UnixMilli(),
+	}
+	id := s3test.PutSegment(b, srv.Client(), "bench", "", body, s3test.RecordHeader(rec))
+	s3s, err := store.NewS3(context.Background(), store.S3Config{
+		Bucket: "bench", Region: srv.Region, Endpoint: srv.Endpoint,
+		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := newTestHandler(b, nil, func(h *Handler) {
+		h.Store = &StoreConfig{Backend: "s3", S3: &S3Config{Bucket: "bench"}}
+		h.Delivery = DeliveryRedirect
+	})
+	h.presigner, err = presign.NewS3PresignerForStore(s3s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := store.NewCached(s3s, benchCacheOptions(h))
+	defer c.Close()
+	h.store = c
+	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	benchServeHTTP(b, h, target, http.StatusFound, 0)
+	b.StopTimer()
+	if st := c.Stats(); st.RecordMisses != 1 {
+		b.Fatalf("record not cached: %+v", st)
+	}
+}
+
+func byteSize(n int) string {
+	if n >= 1<<10 {
+		return strconv.Itoa(n>>10) + "KiB"
+	}
+	return strconv.Itoa(n) + "B"
+}

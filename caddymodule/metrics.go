@@ -1,0 +1,330 @@
+package caddymodule
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// Prometheus collectors of the module. They are built once per process
+// and registered in the metrics registry of every config that provisions
+// a handler (Caddy builds a new registry per config load), so counts
+// survive reloads. Every series starts with caddy_syncular_.
+type collectors struct {
+	requests      *prometheus.CounterVec   // {outcome, delivery}
+	bytesServed   *prometheus.CounterVec   // {delivery}
+	storeDuration *prometheus.HistogramVec // {backend, op}
+	verifications *prometheus.CounterVec   // {slot}
+
+	caches *cacheCollector
+}
+
+var (
+	collectorsOnce sync.Once
+	collectorsVal  *collectors
+)
+
+// storeBuckets span a local SQLite read (sub-millisecond) to a slow
+// object store near the default store_timeout (5s).
+var storeBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// moduleCollectors returns the process's collectors, building them on
+// first use (construction only: registration happens in Provision).
+func moduleCollectors() *collectors {
+	collectorsOnce.Do(func() {
+		const ns, sub = "caddy", "syncular"
+		collectorsVal = &collectors{
+			requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "requests_total",
+				Help: "Requests the handler decided, by outcome (granted, not_modified, next, or the error code) and the handler's delivery mode.",
+			}, []string{"outcome", "delivery"}),
+			bytesServed: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "bytes_served_total",
+				Help: "Segment body bytes written by the edge (serve and proxy delivery; redirects write none).",
+			}, []string{"delivery"}),
+			storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+				Namespace: ns, Subsystem: sub, Name: "store_duration_seconds",
+				Help:    "Latency of segment store operations (lookup, open, presign), failures included.",
+				Buckets: storeBuckets,
+			}, []string{"backend", "op"}),
+			verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "token_verifications_total",
+				Help: "Tokens checked, by the 1-based slot of the configured key whose MAC matched (\"none\": no key matched or the token was malformed). Counted even when a later check refused the token.",
+			}, []string{"slot"}),
+			caches: newCacheCollector(ns + "_" + sub + "_"),
+		}
+	})
+	return collectorsVal
+}
+
+// all lists every collector for registration.
+func (c *collectors) all() []prometheus.Collector {
+	return []prometheus.Collector{
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.caches,
+	}
+}
+
+// register adds the collectors to reg. A collector already registered
+// (a second handler in the same config) is fine: it is this one.
+func (c *collectors) register(reg prometheus.Registerer) error {
+	for _, col := range c.all() {
+		if err := reg.Register(col); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// Outcomes a handler can record, resolved to counters at provision so the
+// request path only indexes a map.
+var knownOutcomes = []string{
+	outcomeGranted, outcomeNotModied, outcomeNext,
+	errForbidden.code, errNotFound.code, errExpired.code, errInvalid.code, errMethod.code,
+	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code,
+}
+
+// handlerMetrics are one handler's label children, resolved once. A nil
+// *handlerMetrics (disable_metrics) records nothing.
+type handlerMetrics struct {
+	c        *collectors
+	delivery string
+	requests map[string]prometheus.Counter
+	served   prometheus.Counter
+	lookup   prometheus.Observer
+	open     prometheus.Observer
+	presign  prometheus.Observer
+	slots    []prometheus.Counter // index: key slot (0-based)
+	noSlot   prometheus.Counter
+}
+
+func newHandlerMetrics(c *collectors, backend, delivery string, keys int) *handlerMetrics {
+	m := &handlerMetrics{
+		c:        c,
+		delivery: delivery,
+		requests: make(map[string]prometheus.Counter, len(knownOutcomes)),
+		served:   c.bytesServed.WithLabelValues(delivery),
+		lookup:   c.storeDuration.WithLabelValues(backend, "lookup"),
+		open:     c.storeDuration.WithLabelValues(backend, "open"),
+		presign:  c.storeDuration.WithLabelValues(backend, "presign"),
+		noSlot:   c.verifications.WithLabelValues("none"),
+	}
+	for _, o := range knownOutcomes {
+		m.requests[o] = c.requests.WithLabelValues(o, delivery)
+	}
+	for i := range keys {
+		m.slots = append(m.slots, c.verifications.WithLabelValues(strconv.Itoa(i+1)))
+	}
+	return m
+}
+
+// request counts one finished request.
+func (m *handlerMetrics) request(outcome string) {
+	if m == nil || outcome == "" {
+		return
+	}
+	if ctr, ok := m.requests[outcome]; ok {
+		ctr.Inc()
+		return
+	}
+	m.c.requests.WithLabelValues(outcome, m.delivery).Inc()
+}
+
+// verification counts a token check by the slot of the key that matched.
+func (m *handlerMetrics) verification(slot int) {
+	if m == nil {
+		return
+	}
+	if slot >= 0 && slot < len(m.slots) {
+		m.slots[slot].Inc()
+		return
+	}
+	m.noSlot.Inc()
+}
+
+// storeOp records one store operation's latency under op.
+func (m *handlerMetrics) storeOp(op storeOpKind, d time.Duration) {
+	if m == nil {
+		return
+	}
+	var o prometheus.Observer
+	switch op {
+	case opLookup:
+		o = m.lookup
+	case opOpen:
+		o = m.open
+	default:
+		o = m.presign
+	}
+	o.Observe(d.Seconds())
+}
+
+// storeOpKind is the op label of caddy_syncular_store_duration_seconds.
+type storeOpKind uint8
+
+const (
+	opLookup storeOpKind = iota
+	opOpen
+	opPresign
+)
+
+// bytes counts body bytes written.
+func (m *handlerMetrics) bytes(n int64) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.served.Add(float64(n))
+}
+
+// cacheStatser is a store with a segment cache in front (store.Cached).
+type cacheStatser interface{ Stats() store.CacheStats }
+
+// cacheCollector reports the counters of every live segment cache at
+// scrape time, summed (one process may run several handlers, each with
+// its own cache). A cache joins at Provision and leaves at Cleanup, so a
+// reload restarts the sums: Prometheus treats that as a counter reset.
+type cacheCollector struct {
+	hits, misses, passThrough, bytes, records *prometheus.Desc
+
+	mu     sync.Mutex
+	caches map[cacheStatser]int
+}
+
+func newCacheCollector(prefix string) *cacheCollector {
+	return &cacheCollector{
+		hits: prometheus.NewDesc(prefix+"cache_hits_total",
+			"Segment cache answers from memory, by cache (record: Lookup within the record TTL; bytes: segment bytes).", []string{"cache"}, nil),
+		misses: prometheus.NewDesc(prefix+"cache_misses_total",
+			"Segment cache reads that went to the store (concurrent misses of one segment share one read).", []string{"cache"}, nil),
+		passThrough: prometheus.NewDesc(prefix+"cache_pass_through_total",
+			"Segment bodies streamed from the store uncached (too large, length unknown, or no room).", nil, nil),
+		bytes: prometheus.NewDesc(prefix+"cache_bytes",
+			"Bytes the segment caches hold now (entries and fills in progress).", nil, nil),
+		records: prometheus.NewDesc(prefix+"cache_records",
+			"Records the segment caches hold now.", nil, nil),
+		caches: map[cacheStatser]int{},
+	}
+}
+
+// add starts reporting s; remove stops. Both count references, so one
+// store shared by two handlers is reported once.
+func (c *cacheCollector) add(s cacheStatser) {
+	c.mu.Lock()
+	c.caches[s]++
+	c.mu.Unlock()
+}
+
+func (c *cacheCollector) remove(s cacheStatser) {
+	c.mu.Lock()
+	if c.caches[s]--; c.caches[s] <= 0 {
+		delete(c.caches, s)
+	}
+	c.mu.Unlock()
+}
+
+func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.hits
+	ch <- c.misses
+	ch <- c.passThrough
+	ch <- c.bytes
+	ch <- c.records
+}
+
+func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	var sum store.CacheStats
+	for s := range c.caches {
+		st := s.Stats()
+		sum.RecordHits += st.RecordHits
+		sum.RecordMisses += st.RecordMisses
+		sum.ByteHits += st.ByteHits
+		sum.ByteMisses += st.ByteMisses
+		sum.PassThrough += st.PassThrough
+		sum.Bytes += st.Bytes
+		sum.Records += st.Records
+	}
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RecordHits), "record")
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.ByteHits), "bytes")
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sum.RecordMisses), "record")
+	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sum.ByteMisses), "bytes")
+	ch <- prometheus.MustNewConstMetric(c.passThrough, prometheus.CounterValue, float64(sum.PassThrough))
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(sum.Bytes))
+	ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(sum.Records))
+}
+
+// slotLabel is the metric label and placeholder value of a key slot:
+// "1" for the first configured key, "none" when no key matched.
+func slotLabel(slot int) string {
+	if slot < 0 {
+		return "none"
+	}
+	return strconv.Itoa(slot + 1)
+}
+
+// audHash returns a short keyed hash of an audience for log correlation:
+// the first 8 hex digits of HMAC-SHA256(per-process random key, aud). It
+// links log lines of one audience within a process without revealing it.
+func audHash(aud string) string {
+	audHashOnce.Do(func() {
+		audHashKey = make([]byte, 32)
+		if _, err := rand.Read(audHashKey); err != nil {
+			audHashKey = nil
+		}
+	})
+	if audHashKey == nil {
+		return ""
+	}
+	m := hmac.New(sha256.New, audHashKey)
+	m.Write([]byte(aud))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:4])
+}
+
+var (
+	audHashOnce sync.Once
+	audHashKey  []byte
+)
+
+// provisionMetrics registers the collectors in this config's registry and
+// resolves the handler's label children. With disable_metrics it does
+// nothing and the request path records nothing.
+func (h *Handler) provisionMetrics(ctx caddy.Context) error {
+	if h.DisableMetrics {
+		return nil
+	}
+	c := moduleCollectors()
+	if reg := ctx.GetMetricsRegistry(); reg != nil {
+		if err := c.register(reg); err != nil {
+			return fmt.Errorf("syncular_segments: registering metrics: %v", err)
+		}
+	}
+	h.metrics = newHandlerMetrics(c, h.Store.Backend, h.Delivery, len(h.Keys))
+	if cs, ok := h.store.(cacheStatser); ok {
+		c.caches.add(cs)
+		h.statsCache = cs
+	}
+	return nil
+}
+
+// cleanupMetrics stops reporting the handler's cache.
+func (h *Handler) cleanupMetrics() {
+	if h.statsCache != nil {
+		moduleCollectors().caches.remove(h.statsCache)
+		h.statsCache = nil
+	}
+}
