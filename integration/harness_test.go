@@ -111,7 +111,14 @@ func (c *caddyProc) render(tmpl string) string {
 // Caddyfile). The process is stopped when the test ends.
 func startCaddy(t testing.TB, tmpl string, env ...string) *caddyProc {
 	t.Helper()
-	c := &caddyProc{t: t, dir: t.TempDir(), bin: caddyBinary(t), Env: env, stderr: &lockedBuffer{}}
+	return startCaddyBin(t, caddyBinary(t), tmpl, env...)
+}
+
+// startCaddyBin is startCaddy with another binary (stock Caddy, for
+// side-by-side comparisons).
+func startCaddyBin(t testing.TB, bin, tmpl string, env ...string) *caddyProc {
+	t.Helper()
+	c := &caddyProc{t: t, dir: t.TempDir(), bin: bin, Env: env, stderr: &lockedBuffer{}}
 	c.Port, c.AdminPort = freePort(t), freePort(t)
 	c.Base = fmt.Sprintf("http://127.0.0.1:%d", c.Port)
 	cfg := filepath.Join(c.dir, "Caddyfile")
@@ -143,7 +150,7 @@ func startCaddy(t testing.TB, tmpl string, env ...string) *caddyProc {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("caddy did not listen on %d within 30s:\n%s", c.Port, c.stderr.String())
+			t.Fatalf("%s did not listen on %d within 30s:\n%s", bin, c.Port, c.stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

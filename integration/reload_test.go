@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -34,39 +32,6 @@ func plainCaddyBinary(t testing.TB) string {
 		t.Fatalf("plain caddy binary %s missing: run `make caddy-plain` first (%v)", bin, err)
 	}
 	return bin
-}
-
-// startCaddyBin is startCaddy with another binary.
-func startCaddyBin(t testing.TB, bin, tmpl string) *caddyProc {
-	t.Helper()
-	c := &caddyProc{t: t, dir: t.TempDir(), bin: bin, stderr: &lockedBuffer{}}
-	c.Port, c.AdminPort = freePort(t), freePort(t)
-	c.Base = fmt.Sprintf("http://127.0.0.1:%d", c.Port)
-	cfg := filepath.Join(c.dir, "Caddyfile")
-	if err := os.WriteFile(cfg, []byte(c.render(tmpl)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c.cmd = exec.Command(c.bin, "run", "--config", cfg, "--adapter", "caddyfile")
-	c.cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+filepath.Join(c.dir, "config"),
-		"XDG_DATA_HOME="+filepath.Join(c.dir, "data"), "HOME="+c.dir)
-	c.cmd.Stdout, c.cmd.Stderr = c.stderr, c.stderr
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Stop)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", c.Port), 200*time.Millisecond)
-		if err == nil {
-			conn.Close()
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not listen within 30s:\n%s", bin, c.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // reloadSite is config generation GEN: keys K_GEN (current) and
