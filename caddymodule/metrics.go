@@ -199,6 +199,7 @@ type cacheStatser interface{ Stats() store.CacheStats }
 // reload restarts the sums: Prometheus treats that as a counter reset.
 type cacheCollector struct {
 	hits, misses, passThrough, bytes, records *prometheus.Desc
+	evictions, coalesced                      *prometheus.Desc
 
 	mu     sync.Mutex
 	caches map[cacheStatser]int
@@ -216,6 +217,10 @@ func newCacheCollector(prefix string) *cacheCollector {
 			"Bytes the segment caches hold now (entries and fills in progress).", nil, nil),
 		records: prometheus.NewDesc(prefix+"cache_records",
 			"Records the segment caches hold now.", nil, nil),
+		evictions: prometheus.NewDesc(prefix+"cache_evictions_total",
+			"Entries dropped to stay within max_records (record) or max_bytes (bytes).", []string{"cache"}, nil),
+		coalesced: prometheus.NewDesc(prefix+"cache_coalesced_waits_total",
+			"Requests that waited for a store read another request had started, instead of reading themselves.", nil, nil),
 		caches: map[cacheStatser]int{},
 	}
 }
@@ -242,6 +247,8 @@ func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.passThrough
 	ch <- c.bytes
 	ch <- c.records
+	ch <- c.evictions
+	ch <- c.coalesced
 }
 
 func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
@@ -256,6 +263,9 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		sum.PassThrough += st.PassThrough
 		sum.Bytes += st.Bytes
 		sum.Records += st.Records
+		sum.RecordEvictions += st.RecordEvictions
+		sum.ByteEvictions += st.ByteEvictions
+		sum.Coalesced += st.Coalesced
 	}
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RecordHits), "record")
@@ -265,6 +275,9 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.passThrough, prometheus.CounterValue, float64(sum.PassThrough))
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(sum.Bytes))
 	ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(sum.Records))
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(sum.RecordEvictions), "record")
+	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(sum.ByteEvictions), "bytes")
+	ch <- prometheus.MustNewConstMetric(c.coalesced, prometheus.CounterValue, float64(sum.Coalesced))
 }
 
 // slotLabel is the metric label and placeholder value of a key slot:

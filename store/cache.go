@@ -133,6 +133,12 @@ type CacheStats struct {
 	Bytes int64
 	// Records is the number of records held.
 	Records int
+	// RecordEvictions and ByteEvictions count entries dropped to stay
+	// within MaxRecords and MaxBytes.
+	RecordEvictions, ByteEvictions int64
+	// Coalesced counts callers that joined a store read already under way
+	// instead of starting their own (lookups and fills).
+	Coalesced int64
 }
 
 // Stats returns the counters.
@@ -145,6 +151,10 @@ func (c *Cached) Stats() CacheStats {
 		PassThrough:  c.passThrough.Load(),
 		Bytes:        c.blobs.usage(),
 		Records:      c.records.len(),
+
+		RecordEvictions: c.records.evicted.Load(),
+		ByteEvictions:   c.blobs.evicted.Load(),
+		Coalesced:       c.lookups.joined.Load() + c.fills.joined.Load(),
 	}
 }
 
@@ -303,8 +313,9 @@ func (m *memBody) Close() error  { return nil }
 // detached from every caller's cancellation and bounded by a timeout; a
 // caller whose context ends stops waiting, the others keep waiting.
 type flight[T any] struct {
-	mu    sync.Mutex
-	calls map[string]*flightCall[T]
+	mu     sync.Mutex
+	calls  map[string]*flightCall[T]
+	joined atomic.Int64 // callers that found a call under way
 }
 
 type flightCall[T any] struct {
@@ -325,6 +336,8 @@ func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, f
 		g.calls[key] = fc
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		go g.run(sctx, cancel, key, fc, fn)
+	} else {
+		g.joined.Add(1)
 	}
 	fc.waiters++
 	g.mu.Unlock()
@@ -363,10 +376,11 @@ func (g *flight[T]) waiting(key string) int {
 
 // recordLRU holds records with the time their read began.
 type recordLRU struct {
-	mu  sync.Mutex
-	max int
-	ll  *list.List // front: most recently used
-	m   map[string]*list.Element
+	mu      sync.Mutex
+	max     int
+	ll      *list.List // front: most recently used
+	m       map[string]*list.Element
+	evicted atomic.Int64
 }
 
 type recordEntry struct {
@@ -439,6 +453,7 @@ func (l *recordLRU) put(id string, rec *Record, fetched time.Time) {
 		old := l.ll.Back()
 		l.ll.Remove(old)
 		delete(l.m, old.Value.(*recordEntry).id)
+		l.evicted.Add(1)
 	}
 }
 
@@ -457,6 +472,7 @@ type blobLRU struct {
 	inflight int64 // reserved by fills in progress
 	ll       *list.List
 	m        map[string]*list.Element
+	evicted  atomic.Int64
 }
 
 type blobEntry struct {
@@ -523,6 +539,7 @@ func (l *blobLRU) evictLocked(limit int64) {
 		ent := old.Value.(*blobEntry)
 		delete(l.m, ent.id)
 		l.used -= int64(len(ent.b))
+		l.evicted.Add(1)
 	}
 }
 

@@ -200,6 +200,9 @@ func TestCachedOpenCoalesces(t *testing.T) {
 	if _, opens := inner.counts(); opens != 1 {
 		t.Fatalf("%d concurrent Opens of one uncached segment made %d inner Opens, want 1", n, opens)
 	}
+	if got := c.Stats().Coalesced; got != n-1 {
+		t.Fatalf("Coalesced = %d, want %d (every caller but the first joined)", got, n-1)
+	}
 	// A later Open, with a Range, is a hit.
 	got := openAll(t, c, ctx, id, 100, 10)
 	if !bytes.Equal(got, data[100:110]) {
@@ -392,6 +395,9 @@ func TestCachedByteBudget(t *testing.T) {
 	}
 	if used := c.Stats().Bytes; used != 90 {
 		t.Fatalf("cache holds %d bytes, want 90 (three 30-byte entries)", used)
+	}
+	if ev := c.Stats().ByteEvictions; ev != 7 {
+		t.Fatalf("ByteEvictions = %d, want 7 (ten 30-byte fills, three kept)", ev)
 	}
 	_, opens := inner.counts()
 	openAll(t, c, ctx, ids[0], 0, -1)
