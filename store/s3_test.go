@@ -703,7 +703,7 @@ func TestS3StoreFaults(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("%s: want a deadline error: %v", name, err)
 			}
-			if took > timeout+500*time.Millisecond {
+			if took > timeout+4*time.Second { // unbounded without the timeout; slack for a loaded machine
 				t.Errorf("%s: fault after %v, timeout %v", name, took, timeout)
 			}
 			t.Logf("%s: %v after %v", name, err, took.Round(time.Millisecond))
