@@ -76,6 +76,27 @@ func seedStore(t testing.TB, path, journal string, segs ...[]byte) []string {
 	return ids
 }
 
+// seedOne writes a fresh gen-3 store holding one segment published for
+// partition under digest, live for an hour; it returns the file and id.
+func seedOne(t testing.TB, partition, digest string, body []byte) (path, id string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "sync.db")
+	w, err := seed.Create(path, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	nowMs := time.Now().UnixMilli()
+	id, err = w.Put(seed.SegmentInput{Bytes: body, Publication: store.Publication{
+		Partition: partition, LogEpoch: "e1", Table: "tasks", SchemaVersion: 1, MediaType: "rows",
+		ScopeDigest: digest, RowCount: 1, CreatedAtMs: nowMs, ExpiresAtMs: nowMs + 3600_000,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, id
+}
+
 // signURL is a signed download URL for id under key, valid ttl.
 func signURL(base, key, id string, ttl time.Duration) string {
 	tok := presign.Sign([]byte(key), id, hardDigest, hardAud, time.Now().Add(ttl).Unix())

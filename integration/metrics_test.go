@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/presign"
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // metricsSite runs two syncular_segments handlers (so the second
@@ -60,22 +58,9 @@ http://127.0.0.1:{{PORT}} {
 // the old key, and reads the counts back from the admin /metrics
 // endpoint; then reloads and checks that the counts carry on.
 func TestMetricsEndpoint(t *testing.T) {
-	dbPath := filepath.Join(t.TempDir(), "sync.db")
-	w, err := seed.Create(dbPath, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
 	body := []byte("SSG2 metrics test segment; the bytes are what the client hashes")
 	digest := presign.ScopeDigest(map[string][]string{"user_id": {"u1"}})
-	nowMs := time.Now().UnixMilli()
-	id, err := w.Put(seed.SegmentInput{Bytes: body, Publication: store.Publication{
-		Partition: "tenant-p1", LogEpoch: "e1", Table: "tasks", SchemaVersion: 1, MediaType: "rows",
-		ScopeDigest: digest, RowCount: 1, CreatedAtMs: nowMs, ExpiresAtMs: nowMs + 3600_000,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	dbPath, id := seedOne(t, "tenant-p1", digest, body)
 
 	keyNew, keyOld, audKey := "metrics-key-new-7f3a", "metrics-key-old-19c2", "metrics-aud-key-55e1"
 	aud, _ := presign.HMACAudience([]byte(audKey), "hex")

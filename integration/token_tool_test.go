@@ -8,11 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/presign"
-	"github.com/syncular/caddy-syncular/store"
 )
 
 const toolSite = `{
@@ -35,22 +32,9 @@ http://127.0.0.1:{{PORT}} {
 // right keys, the wrong key, a later clock and another segment.
 func TestTokenTool(t *testing.T) {
 	bin := caddyBinary(t)
-	dbPath := filepath.Join(t.TempDir(), "sync.db")
-	w, err := seed.Create(dbPath, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
 	body := []byte("SSG2 token tool segment")
 	sd := presign.ScopeDigest(map[string][]string{"project_id": {"tool"}})
-	nowMs := time.Now().UnixMilli()
-	id, err := w.Put(seed.SegmentInput{Bytes: body, Publication: store.Publication{
-		Partition: "tool-partition-1", LogEpoch: "e1", Table: "t", SchemaVersion: 1, MediaType: "rows",
-		ScopeDigest: sd, RowCount: 1, CreatedAtMs: nowMs, ExpiresAtMs: nowMs + 3600_000,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
+	dbPath, id := seedOne(t, "tool-partition-1", sd, body)
 	keyNew, keyOld, audKey := "tool-key-new-a81f", "tool-key-old-3c07", "tool-aud-key-e6d2"
 	c := startCaddy(t, strings.Replace(toolSite, "STORE_PATH", dbPath, 1), "SEG_KEY="+keyNew, "SEG_KEY_OLD="+keyOld, "AUD_KEY="+audKey)
 	secrets := []string{keyNew, keyOld, audKey, "tool-partition-1"}
