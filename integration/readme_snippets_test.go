@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/presign"
@@ -272,5 +275,43 @@ func TestProductionJSONMatchesCaddyfile(t *testing.T) {
 	sort.Strings(keys)
 	if len(keys) == 0 {
 		t.Fatalf("caddy.json takes no secret from the environment")
+	}
+}
+
+// TestExampleAnswersAnyHost: Caddyfile.example's site address matches no
+// host, so a request for the edge's public name with a valid token gets
+// the segment (an `http://127.0.0.1:8080` address answered it with an
+// empty 200).
+func TestExampleAnswersAnyHost(t *testing.T) {
+	digest := presign.ScopeDigest(map[string][]string{"user_id": {"any-host"}})
+	body := pseudoRandom(40_000, 3)
+	db, id := seedOne(t, "tenant-host", digest, body)
+	segKeyCfg, segKey := exampleKey(t)
+	audKeyCfg, audKey := exampleKey(t)
+	port, addr := loopback(t)
+	_, admin := loopback(t)
+	up := newRecordingUpstream(t)
+	logDir := t.TempDir()
+	startConfig(t, filepath.Join(repoRoot(t), "Caddyfile.example"), "caddyfile", []string{
+		"SYNCULAR_SEGMENT_KEY=" + segKeyCfg, "SYNCULAR_AUDIENCE_KEY=" + audKeyCfg,
+		"SYNCULAR_DB=" + db, fmt.Sprintf("SYNCULAR_SITE_ADDRESS=:%d", port), "SYNCULAR_ADMIN=" + admin,
+		"SYNCULAR_UPSTREAM=" + up.addr, "SYNCULAR_ACCESS_LOG=" + filepath.Join(logDir, "access.log"),
+	}, addr)
+	tok := presign.Sign(segKey, id, digest, hmacAud(t, audKey, "tenant-host"), time.Now().Add(15*time.Minute).Unix())
+	for _, host := range []string{"edge.example.com", "127.0.0.1", "localhost:8080"} {
+		req, err := http.NewRequest("GET", "http://"+addr+"/sync/segments/"+id+"?st="+tok, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 || s3test.SegmentID(b) != id {
+			t.Errorf("Host %s: %d with %d bytes, want the segment", host, res.StatusCode, len(b))
+		}
 	}
 }
