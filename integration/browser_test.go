@@ -15,6 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/presign"
 )
@@ -61,6 +65,7 @@ type browserResult struct {
 	ETag         string `json:"etag"`
 	ContentRange string `json:"contentRange"`
 	Code         string `json:"code"`
+	Redirected   bool   `json:"redirected"`
 	Error        string `json:"error"`
 }
 
@@ -153,8 +158,9 @@ func decodeResult(t *testing.T, res map[string]json.RawMessage, name string) bro
 
 // TestBrowserCORS opens a page on one loopback origin in headless
 // Chromium; it fetches signed URLs from an edge on another origin
-// (examples/browser: SQLite serve, S3 proxy) and hashes the bodies with
-// crypto.subtle. A refused URL must be a 403 the page can read; a path
+// (examples/browser: SQLite serve, S3 proxy and redirect) and hashes the
+// bodies with crypto.subtle. Redirect works only when the bucket's CORS
+// allows the origin null the browser sends after the redirect. A refused URL must be a 403 the page can read; a path
 // the CORS lines do not cover must be a failed fetch (the control that
 // the browser enforces CORS here).
 func TestBrowserCORS(t *testing.T) {
@@ -182,6 +188,30 @@ func TestBrowserCORS(t *testing.T) {
 		"SYNCULAR_S3_SECRET_ACCESS_KEY=" + srv.SecretKey, "SYNCULAR_S3_BUCKET=segments", "SYNCULAR_DELIVERY=proxy",
 	}, s3seg.id, len(s3seg.body)})
 
+	// Redirect delivery: the browser follows the 302 to the bucket with
+	// Origin: null. A bucket whose CORS rule allows * serves the page; one
+	// without CORS is a failed fetch (what the README warns about).
+	srv.CreateBucket(t, "nocors")
+	noCorsSeg := putSegments(t, srv, "nocors", partition, digest, 1, 90_000)[0]
+	_, err := srv.Client().PutBucketCors(context.Background(), &s3.PutBucketCorsInput{
+		Bucket: aws.String("segments"),
+		CORSConfiguration: &s3types.CORSConfiguration{CORSRules: []s3types.CORSRule{{
+			AllowedMethods: []string{"GET", "HEAD"},
+			AllowedOrigins: []string{"*"},
+			ExposeHeaders:  []string{"ETag", "Content-Range"},
+		}}},
+	})
+	if err != nil {
+		t.Fatalf("PutBucketCors: %v", err)
+	}
+	s3env := func(bucket, delivery string) []string {
+		return []string{"SYNCULAR_S3_ENDPOINT=" + srv.Endpoint, "SYNCULAR_S3_ACCESS_KEY_ID=" + srv.AccessKey,
+			"SYNCULAR_S3_SECRET_ACCESS_KEY=" + srv.SecretKey, "SYNCULAR_S3_BUCKET=" + bucket, "SYNCULAR_DELIVERY=" + delivery}
+	}
+	setups = append(setups,
+		edgeSetup{"redirect", "s3.Caddyfile", s3env("segments", "redirect"), s3seg.id, len(s3seg.body)},
+		edgeSetup{"redirect_bucket_without_cors", "s3.Caddyfile", s3env("nocors", "redirect"), noCorsSeg.id, len(noCorsSeg.body)})
+
 	for _, s := range setups {
 		t.Run(s.name, func(t *testing.T) {
 			segKeyCfg, segKey := exampleKey(t)
@@ -199,18 +229,43 @@ func TestBrowserCORS(t *testing.T) {
 			good := seg + presign.Sign(segKey, s.id, digest, hmacAud(t, audKey, partition), exp)
 			refused := seg + presign.Sign(segKey, s.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
 
-			origin, res := runBrowser(t, []browserCase{
+			cases := []browserCase{
 				{Name: "granted", URL: good},
-				{Name: "range", URL: good, Headers: map[string]string{"Range": "bytes=100-199"}},
-				{Name: "not_modified", URL: good, Headers: map[string]string{"If-None-Match": `"` + s.id + `"`}},
 				{Name: "refused", URL: refused},
 				{Name: "uncovered", URL: "http://" + addr + "/elsewhere"},
-			})
+			}
+			redirect := strings.HasPrefix(s.name, "redirect")
+			if !redirect {
+				cases = append(cases,
+					browserCase{Name: "range", URL: good, Headers: map[string]string{"Range": "bytes=100-199"}},
+					browserCase{Name: "not_modified", URL: good, Headers: map[string]string{"If-None-Match": `"` + s.id + `"`}})
+			}
+			origin, res := runBrowser(t, cases)
 			t.Logf("page on %s, edge on http://%s: %s", origin, addr, mustJSON(res))
 			if string(res["secure"]) != "true" || string(res["subtle"]) != "true" {
 				t.Fatalf("page is not a secure context with crypto.subtle: %s", mustJSON(res))
 			}
+			f := decodeResult(t, res, "refused")
+			if f.Error != "" || f.Status != 403 || f.Code != "sync.forbidden" {
+				t.Errorf("refused: %+v, want a 403 sync.forbidden the page can read", f)
+			}
+			u := decodeResult(t, res, "uncovered")
+			if u.Error == "" || !strings.Contains(u.Error, "TypeError") {
+				t.Errorf("a response without CORS headers was readable by the page: %+v", u)
+			}
 			g := decodeResult(t, res, "granted")
+			switch s.name {
+			case "redirect":
+				if g.Error != "" || g.Status != 200 || g.SHA256 != s.id || g.Bytes != s.size || !g.Redirected {
+					t.Errorf("granted via the bucket: %+v, want a followed redirect, 200 hashing to %s", g, s.id)
+				}
+				return
+			case "redirect_bucket_without_cors":
+				if g.Error == "" || !strings.Contains(g.Error, "TypeError") {
+					t.Errorf("a bucket without CORS served the page: %+v", g)
+				}
+				return
+			}
 			if g.Error != "" || g.Status != 200 || g.SHA256 != s.id || g.Bytes != s.size || g.ETag != `"`+s.id+`"` {
 				t.Errorf("granted: %+v, want 200 hashing to %s with ETag visible", g, s.id)
 			}
@@ -221,14 +276,6 @@ func TestBrowserCORS(t *testing.T) {
 			nm := decodeResult(t, res, "not_modified")
 			if nm.Error != "" || nm.Status != 304 {
 				t.Errorf("If-None-Match (preflighted): %+v, want 304", nm)
-			}
-			f := decodeResult(t, res, "refused")
-			if f.Error != "" || f.Status != 403 || f.Code != "sync.forbidden" {
-				t.Errorf("refused: %+v, want a 403 sync.forbidden the page can read", f)
-			}
-			u := decodeResult(t, res, "uncovered")
-			if u.Error == "" || !strings.Contains(u.Error, "TypeError") {
-				t.Errorf("a response without CORS headers was readable by the page: %+v", u)
 			}
 		})
 	}
