@@ -53,9 +53,10 @@ FUZZTIME ?= 10000x
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
-# caddy-plain: the reload test compares connection resets with stock Caddy.
+# caddy-plain: the reload test compares connection resets with stock Caddy;
+# chromium (Debian's package, installed only when missing) runs the browser test.
 integration: caddy caddy-plain
-	scripts/tools.sh versitygw
+	scripts/tools.sh versitygw chromium
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
 bench: caddy caddy-plain

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the tools the build and tests need into .tools/bin (owned by this
 # repo, git-ignored), once per pinned version: a second run is a no-op.
-#   scripts/tools.sh [xcaddy] [versitygw] [hey]   (default: all)
+#   scripts/tools.sh [xcaddy] [versitygw] [hey] [chromium]   (default: xcaddy versitygw)
+# chromium is Debian's package (headless browser tests), installed with
+# apt-get only when no `chromium` is on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -21,6 +23,17 @@ install() { # name module version
 	echo "$ver" >"$stamp"
 }
 
+install_chromium() {
+	if command -v chromium >/dev/null 2>&1; then
+		return 0
+	fi
+	echo "tools: installing chromium (apt-get)" >&2
+	local sudo=()
+	[[ $(id -u) -eq 0 ]] || sudo=(sudo)
+	"${sudo[@]}" apt-get update
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y chromium
+}
+
 want=("$@")
 [[ ${#want[@]} -gt 0 ]] || want=(xcaddy versitygw)
 for t in "${want[@]}"; do
@@ -28,6 +41,7 @@ for t in "${want[@]}"; do
 	xcaddy) install xcaddy github.com/caddyserver/xcaddy/cmd/xcaddy "$XCADDY_VERSION" ;;
 	versitygw) install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" ;;
 	hey) install hey github.com/rakyll/hey "$HEY_VERSION" ;;
+	chromium) install_chromium ;;
 	*) echo "tools: unknown tool $t" >&2; exit 2 ;;
 	esac
 done

@@ -94,7 +94,7 @@ func run(caddyBin, caddyfile, dir string, check bool) error {
 		"SYNCULAR_SEGMENT_KEY="+segKey,
 		"SYNCULAR_AUDIENCE_KEY="+audKey,
 		"SYNCULAR_DB="+dbPath,
-		fmt.Sprintf("SYNCULAR_LISTEN=127.0.0.1:%d", port),
+		fmt.Sprintf("SYNCULAR_SITE_ADDRESS=:%d", port), // default_bind keeps it on loopback
 		fmt.Sprintf("SYNCULAR_ADMIN=127.0.0.1:%d", admin),
 		"SYNCULAR_UPSTREAM="+upstream.Addr().String(),
 		"SYNCULAR_ACCESS_LOG="+filepath.Join(dir, "access.log"),
