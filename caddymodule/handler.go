@@ -91,25 +91,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 
 	nowMs := now.UnixMilli()
-	outcome, untilMs := store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
-	if outcome != store.Granted {
+	res := store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
+	if res.Outcome != store.Granted {
 		// Through the cache, refuse only on a fresh record.
 		if fresh, ok := h.revalidate(r.Context(), segID, rec); ok {
 			rec = fresh
-			outcome, untilMs = store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
+			res = store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
 		}
 	}
-	switch outcome {
-	case store.Forbidden:
-		h.refuse(w, r, segID, errForbidden, "segment token rejected: "+h.grantReason(rec, claims.SD))
-		return nil
-	case store.NotFound:
-		h.refuse(w, r, segID, errNotFound, "segment not found")
-		return nil
-	case store.Expired:
-		h.refuse(w, r, segID, errExpired, "segment expired")
+	if res.Outcome != store.Granted {
+		e, msg := grantRefusal(res)
+		h.refuse(w, r, segID, e, msg)
 		return nil
 	}
+	untilMs := res.UntilMs
 	// The grant never outlives the token's acceptance (exp + skew).
 	if end := tokenEndMs(claims.Exp, time.Duration(h.Skew)); end < untilMs {
 		untilMs = end
@@ -302,14 +297,30 @@ func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, segID, op s
 	h.refuse(w, r, segID, e, msg)
 }
 
-// grantReason names which claim failed the grant, in reference order.
-func (h *Handler) grantReason(rec *store.Record, sd string) string {
-	for i := range rec.Publications {
-		if rec.Publications[i].ScopeDigest == sd {
-			return presign.ReasonAudience
-		}
+// grantRefusal is the answer and message for a refused grant (§4, §6).
+// The message names the failed step, never a partition id.
+func grantRefusal(res store.GrantResult) (protoError, string) {
+	switch res.Reason {
+	case store.ReasonScope:
+		return errForbidden, "segment token rejected: " + presign.ReasonScope
+	case store.ReasonAudience:
+		return errForbidden, "segment token rejected: " + presign.ReasonAudience
+	case store.ReasonFenced:
+		return errNotFound, "segment not found: fenced by the partition registry"
+	case store.ReasonOvertaken:
+		return errExpired, "segment expired: overtaken by a backfill checkpoint"
+	case store.ReasonExpired:
+		return errExpired, "segment expired"
 	}
-	return presign.ReasonScope
+	// ReasonNoRecord, or a reason this switch does not know: answer by
+	// the outcome, refusing whatever it is.
+	switch res.Outcome {
+	case store.Forbidden:
+		return errForbidden, "segment token rejected"
+	case store.Expired:
+		return errExpired, "segment expired"
+	}
+	return errNotFound, "segment not found"
 }
 
 // tokenEndMs is the epoch ms after which the token is refused.

@@ -393,6 +393,10 @@ func TestGrantOutcomes(t *testing.T) {
 	fenced := fs.add([]byte("fenced"), pub("p1", digestA, testNow.Add(time.Hour)))
 	fs.recs[fenced].Fenced = true
 	fs.recs[fenced].Epochs = map[string]string{"p1": "e2"}
+	unregistered := fs.add([]byte("unregistered"), pub("p1", digestA, testNow.Add(time.Hour)))
+	fs.recs[unregistered].Fenced = true
+	overtaken := fs.add([]byte("overtaken"), pub("p1", digestA, testNow.Add(time.Hour)), pub("p2", digestA, testNow.Add(time.Hour)))
+	fs.recs[overtaken].Checkpoints = map[string]int64{"p1": 1} // publications are at schema version 0
 	h := newTestHandler(t, fs, nil)
 
 	cases := []struct {
@@ -403,13 +407,16 @@ func TestGrantOutcomes(t *testing.T) {
 	}{
 		{"p1 digest A", multi, digestA, "aud:p1", 200, "", ""},
 		{"p2 digest A", multi, digestA, "aud:p2", 200, "", ""},
-		{"p2 digest B expired", multi, digestB, "aud:p2", 404, "sync.segment_expired", ""},
+		{"p2 digest B expired", multi, digestB, "aud:p2", 404, "sync.segment_expired", "segment expired"},
 		{"p1 digest B never published", multi, digestB, "aud:p1", 403, "sync.forbidden", "audience mismatch"},
 		{"unknown digest", multi, strings.Repeat("c", 64), "aud:p1", 403, "sync.forbidden", "scope-digest mismatch"},
 		{"other partition", multi, digestA, "aud:p3", 403, "sync.forbidden", "audience mismatch"},
-		{"expires exactly now", expired, digestA, "aud:p1", 404, "sync.segment_expired", ""},
-		{"epoch rotated away", fenced, digestA, "aud:p1", 404, "sync.not_found", ""},
-		{"unknown segment", "sha256:" + strings.Repeat("1", 64), digestA, "aud:p1", 404, "sync.not_found", ""},
+		{"expires exactly now", expired, digestA, "aud:p1", 404, "sync.segment_expired", "segment expired"},
+		{"epoch rotated away", fenced, digestA, "aud:p1", 404, "sync.not_found", "fenced by the partition registry"},
+		{"partition not registered", unregistered, digestA, "aud:p1", 404, "sync.not_found", "fenced by the partition registry"},
+		{"overtaken by a checkpoint", overtaken, digestA, "aud:p1", 404, "sync.segment_expired", "overtaken by a backfill checkpoint"},
+		{"checkpoint of another partition", overtaken, digestA, "aud:p2", 200, "", ""},
+		{"unknown segment", "sha256:" + strings.Repeat("1", 64), digestA, "aud:p1", 404, "sync.not_found", "segment not found"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -421,7 +428,7 @@ func TestGrantOutcomes(t *testing.T) {
 				return
 			}
 			b := wantError(t, rec, c.status, c.code)
-			if c.msg != "" && !strings.Contains(b.Message, c.msg) {
+			if !strings.Contains(b.Message, c.msg) {
 				t.Errorf("message %q lacks %q", b.Message, c.msg)
 			}
 			if strings.Contains(rec.Body.String(), "p1") || strings.Contains(rec.Body.String(), "p2") {

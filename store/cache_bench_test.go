@@ -36,7 +36,7 @@ func benchGrant(b *testing.B, c *store.Cached, id, sd string) {
 				b.Error(err)
 				return
 			}
-			if out, _ := store.Grant(rec, sd, "aud:p1", benchAud, benchNowMs); out != store.Granted {
+			if out := store.Grant(rec, sd, "aud:p1", benchAud, benchNowMs).Outcome; out != store.Granted {
 				b.Errorf("grant: %v", out)
 				return
 			}

@@ -481,7 +481,8 @@ func TestS3StoreLookupVectors(t *testing.T) {
 				t.Errorf("Lookup made %d requests, want 1", n-before)
 			}
 			pub := want.Publications[0]
-			out, until := store.Grant(rec, pub.ScopeDigest, s3Audience(pub.Partition), s3Audience, v.FrozenNowMs)
+			res := store.Grant(rec, pub.ScopeDigest, s3Audience(pub.Partition), s3Audience, v.FrozenNowMs)
+			out, until := res.Outcome, res.UntilMs
 			wantOut := store.Granted
 			if pub.ExpiresAtMs <= v.FrozenNowMs {
 				wantOut = store.Expired
@@ -489,7 +490,7 @@ func TestS3StoreLookupVectors(t *testing.T) {
 			if out != wantOut || (out == store.Granted && until != pub.ExpiresAtMs) {
 				t.Errorf("Grant = %v, %d; want %v", out, until, wantOut)
 			}
-			if out, _ := store.Grant(rec, pub.ScopeDigest, "aud:other", s3Audience, v.FrozenNowMs); out != store.Forbidden {
+			if out := store.Grant(rec, pub.ScopeDigest, "aud:other", s3Audience, v.FrozenNowMs).Outcome; out != store.Forbidden {
 				t.Errorf("Grant for another audience = %v", out)
 			}
 		})
@@ -533,7 +534,8 @@ func TestS3StorePublications(t *testing.T) {
 		{"d-user", "p2", store.Forbidden, 0},
 	}
 	for _, c := range cases {
-		out, until := store.Grant(rec, c.sd, s3Audience(c.part), s3Audience, now)
+		res := store.Grant(rec, c.sd, s3Audience(c.part), s3Audience, now)
+		out, until := res.Outcome, res.UntilMs
 		if out != c.out || until != c.until {
 			t.Errorf("Grant(%s, %s) = %v, %d; want %v, %d", c.sd, c.part, out, until, c.out, c.until)
 		}

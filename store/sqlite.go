@@ -71,6 +71,7 @@ type shapeFlags struct {
 	scopes   bool // sync_segment_scopes (gen 3)
 	pubs     bool // sync_segment_publications (gen 3)
 	registry bool // sync_partition_registry (epoch fencing)
+	ckpts    bool // sync_backfill_checkpoints (overtaken publications)
 }
 
 // sqliteShape is the schema as detected at one schema_version.
@@ -268,14 +269,15 @@ const detectSQL = `SELECT
  EXISTS(SELECT 1 FROM pragma_table_info('sync_segments') WHERE name = 'log_epoch' COLLATE NOCASE),
  EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_segment_scopes' COLLATE NOCASE),
  EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_segment_publications' COLLATE NOCASE),
- EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_partition_registry' COLLATE NOCASE)`
+ EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_partition_registry' COLLATE NOCASE),
+ EXISTS(SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'sync_backfill_checkpoints' COLLATE NOCASE)`
 
 // detect reads the schema shape and caches it.
 func (h *sqliteHandle) detect(ctx context.Context) (*sqliteShape, error) {
 	var sh sqliteShape
 	var segments bool
 	err := h.detectStmt.QueryRowContext(ctx).Scan(&sh.version, &segments,
-		&sh.flags.logEpoch, &sh.flags.scopes, &sh.flags.pubs, &sh.flags.registry)
+		&sh.flags.logEpoch, &sh.flags.scopes, &sh.flags.pubs, &sh.flags.registry, &sh.flags.ckpts)
 	if err != nil {
 		return nil, err
 	}
@@ -288,10 +290,11 @@ func (h *sqliteHandle) detect(ctx context.Context) (*sqliteShape, error) {
 
 // lookupSQL builds the one statement that reads a segment's record. One
 // statement is one read transaction, so the row, its publications, its
-// scope digests, the registry epochs and the schema_version it ran under
-// are one consistent snapshot even while the writer commits. Result rows:
-// kind 0 the sync_segments row, 1 a publication row, 2 a scope digest
-// (in the key column).
+// scope digests, the registry epochs, the partitions' highest backfill
+// checkpoint schema_version and the schema_version it ran under are one
+// consistent snapshot even while the writer commits. Result rows: kind 0
+// the sync_segments row, 1 a publication row, 2 a scope digest (in the
+// key column).
 func lookupSQL(f shapeFlags) string {
 	var b strings.Builder
 	epoch, reg, join := "''", "NULL", ""
@@ -301,11 +304,19 @@ func lookupSQL(f shapeFlags) string {
 	if f.registry {
 		reg, join = "r.log_epoch", " LEFT JOIN sync_partition_registry r ON r.partition = s.partition"
 	}
+	// The checkpoint table's primary key starts with partition, so this
+	// is an index range scan per row.
+	ckpt := func(alias string) string {
+		if !f.ckpts {
+			return "NULL"
+		}
+		return "(SELECT max(k.schema_version) FROM sync_backfill_checkpoints k WHERE k.partition = " + alias + ".partition)"
+	}
 	fmt.Fprintf(&b, "SELECT 0, NULL, s.partition, %s, s.tbl, s.schema_version, s.media_type,"+
 		" s.scope_digest, s.as_of_commit_seq, s.row_count, s.row_cursor, s.next_row_cursor,"+
 		" s.byte_length, s.created_at_ms, s.expires_at_ms, %s,"+
-		" (SELECT schema_version FROM pragma_schema_version)"+
-		" FROM sync_segments s%s WHERE s.segment_id = ?1", epoch, reg, join)
+		" (SELECT schema_version FROM pragma_schema_version), %s"+
+		" FROM sync_segments s%s WHERE s.segment_id = ?1", epoch, reg, ckpt("s"), join)
 	if f.pubs {
 		reg, join = "NULL", ""
 		if f.registry {
@@ -313,12 +324,12 @@ func lookupSQL(f shapeFlags) string {
 		}
 		fmt.Fprintf(&b, " UNION ALL SELECT 1, p.pub_key, p.partition, p.log_epoch, p.tbl,"+
 			" p.schema_version, p.media_type, p.scope_digest, p.as_of_commit_seq, p.row_count,"+
-			" p.row_cursor, p.next_row_cursor, p.byte_length, p.created_at_ms, p.expires_at_ms, %s, NULL"+
-			" FROM sync_segment_publications p%s WHERE p.segment_id = ?1", reg, join)
+			" p.row_cursor, p.next_row_cursor, p.byte_length, p.created_at_ms, p.expires_at_ms, %s, NULL, %s"+
+			" FROM sync_segment_publications p%s WHERE p.segment_id = ?1", reg, ckpt("p"), join)
 	}
 	if f.scopes {
 		// Scope rows only matter when there are no publication rows.
-		b.WriteString(" UNION ALL SELECT 2, c.scope_digest" + strings.Repeat(", NULL", 15) +
+		b.WriteString(" UNION ALL SELECT 2, c.scope_digest" + strings.Repeat(", NULL", 16) +
 			" FROM sync_segment_scopes c WHERE c.segment_id = ?1")
 		if f.pubs {
 			b.WriteString(" AND NOT EXISTS (SELECT 1 FROM sync_segment_publications x WHERE x.segment_id = ?1)")
@@ -417,6 +428,7 @@ type lookupRow struct {
 	byteLength, createdAt, expiresAt sql.NullInt64
 	registryEpoch                    sql.NullString
 	schemaVer                        sql.NullInt64
+	checkpoint                       sql.NullInt64 // max schema_version of the partition's checkpoints
 }
 
 // lookup runs the record statement. rec is nil when there is no
@@ -435,15 +447,17 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 	var (
 		top     *Publication
 		topReg  sql.NullString
+		topCkpt sql.NullInt64
 		pubs    []Publication
 		regs    []sql.NullString
+		ckpts   []sql.NullInt64
 		digests []string
 		r       lookupRow
 	)
 	for rows.Next() {
 		if err := rows.Scan(&r.kind, &r.key, &r.partition, &r.epoch, &r.table, &r.schemaVersion,
 			&r.media, &r.digest, &r.asOf, &r.rowCount, &r.rowCursor, &r.nextRowCursor,
-			&r.byteLength, &r.createdAt, &r.expiresAt, &r.registryEpoch, &r.schemaVer); err != nil {
+			&r.byteLength, &r.createdAt, &r.expiresAt, &r.registryEpoch, &r.schemaVer, &r.checkpoint); err != nil {
 			// database/sql's scan errors quote the stored value, which
 			// may be a partition id: never pass them on.
 			return nil, 0, errors.New("a stored value has an unexpected type")
@@ -454,7 +468,7 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 			if err != nil {
 				return nil, 0, err
 			}
-			top, topReg, ver = &p, r.registryEpoch, r.schemaVer.Int64
+			top, topReg, topCkpt, ver = &p, r.registryEpoch, r.checkpoint, r.schemaVer.Int64
 		case 1:
 			p, err := r.publication("sync_segment_publications")
 			if err != nil {
@@ -462,6 +476,7 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 			}
 			pubs = append(pubs, p)
 			regs = append(regs, r.registryEpoch)
+			ckpts = append(ckpts, r.checkpoint)
 		case 2:
 			if !r.key.Valid {
 				return nil, 0, errors.New("NULL scope_digest in sync_segment_scopes")
@@ -487,6 +502,7 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 		pubs = make([]Publication, 0, 1+len(digests))
 		pubs = append(pubs, *top)
 		regs = append(regs, topReg)
+		ckpts = append(ckpts, topCkpt)
 		for _, d := range digests {
 			if d == top.ScopeDigest {
 				continue
@@ -495,6 +511,7 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 			p.ScopeDigest = d
 			pubs = append(pubs, p)
 			regs = append(regs, topReg)
+			ckpts = append(ckpts, topCkpt)
 		}
 	}
 	rec.Publications = pubs
@@ -504,6 +521,14 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 		for i, reg := range regs {
 			if reg.Valid {
 				rec.Epochs[pubs[i].Partition] = reg.String
+			}
+		}
+	}
+	if f.ckpts {
+		rec.Checkpoints = make(map[string]int64)
+		for i, c := range ckpts {
+			if c.Valid {
+				rec.Checkpoints[pubs[i].Partition] = c.Int64
 			}
 		}
 	}

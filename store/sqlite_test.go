@@ -572,7 +572,8 @@ func TestSQLiteVectorGen3Grant(t *testing.T) {
 			t.Errorf("%q: Lookup: %v", c.Name, err)
 			continue
 		default:
-			out, until = store.Grant(rec, sd, aud, v.audience, v.NowMs)
+			res := store.Grant(rec, sd, aud, v.audience, v.NowMs)
+			out, until = res.Outcome, res.UntilMs
 		}
 		var want store.Outcome
 		switch {

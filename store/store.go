@@ -52,6 +52,14 @@ type Record struct {
 	// epoch; a partition absent from the map is not servable.
 	Fenced bool
 	Epochs map[string]string
+
+	// Checkpoints maps a partition named in Publications to the highest
+	// schema_version of its backfill checkpoint rows (§4, RFC 0007), when
+	// the store holds a checkpoint table and the partition has rows. A
+	// publication whose schemaVersion is lower than its partition's entry
+	// is overtaken: no longer granted. Nil or a missing partition: nothing
+	// is overtaken.
+	Checkpoints map[string]int64
 }
 
 // Store is a read-only segment store.

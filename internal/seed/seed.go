@@ -12,7 +12,8 @@
 //	3  gen 2 plus sync_segment_scopes and sync_segment_publications
 //	   (vectors/segments-gen3.sqlite)
 //
-// sync_partition_registry is created by SetEpoch, in any generation.
+// sync_partition_registry is created by SetEpoch, and
+// sync_backfill_checkpoints by SetCheckpoint, in any generation.
 // A Writer is not safe for concurrent use by several goroutines.
 package seed
 
@@ -86,6 +87,17 @@ const (
           partition TEXT PRIMARY KEY, log_epoch TEXT NOT NULL,
           epoch_required INTEGER NOT NULL DEFAULT 0,
           last_authenticated_at_ms INTEGER NOT NULL)`
+	// No vector file holds this table: the columns are PROTOCOL.md §4's,
+	// in the reference's order (its INSERT lists them so), and the
+	// primary key is the reference's upsert conflict target
+	// (ON CONFLICT(partition, name)).
+	ddlCheckpoints = `sync_backfill_checkpoints(
+  partition TEXT NOT NULL, name TEXT NOT NULL,
+  schema_version INTEGER NOT NULL, state TEXT NOT NULL,
+  watermark INTEGER NOT NULL, owner_epoch INTEGER NOT NULL,
+  observed_rows INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
+  PRIMARY KEY (partition, name)
+)`
 
 	// The HEAD reference's migration of a gen-1 table (headOpen in
 	// vectors/segments-pre-logepoch.json): the column is appended last.
@@ -379,6 +391,46 @@ func (w *Writer) SetEpoch(partition, epoch string, nowMs int64) error {
 	})
 	if err != nil {
 		return fmt.Errorf("seed: set epoch: %w", err)
+	}
+	return nil
+}
+
+// Checkpoint is one row of sync_backfill_checkpoints (RFC 0007): a
+// backfill of a partition declared at a schema version. A checkpoint whose
+// SchemaVersion is above a publication's overtakes it (PROTOCOL.md §4).
+type Checkpoint struct {
+	Partition     string
+	Name          string
+	SchemaVersion int64
+	State         string // "" means "declared", the state a new row starts in
+	Watermark     int64
+	OwnerEpoch    int64
+	ObservedRows  int64
+	UpdatedAtMs   int64
+}
+
+// SetCheckpoint writes c into sync_backfill_checkpoints, creating the table
+// when missing. A row with the same partition and name is replaced.
+func (w *Writer) SetCheckpoint(c Checkpoint) error {
+	state := c.State
+	if state == "" {
+		state = "declared"
+	}
+	err := w.tx(func(tx *sql.Tx) error {
+		if _, err := tx.Exec(createTable(ddlCheckpoints)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(`INSERT INTO sync_backfill_checkpoints(
+ partition, name, schema_version, state, watermark, owner_epoch, observed_rows, updated_at_ms
+) VALUES (?,?,?,?,?,?,?,?)
+ ON CONFLICT (partition, name) DO UPDATE SET schema_version = excluded.schema_version,
+ state = excluded.state, watermark = excluded.watermark, owner_epoch = excluded.owner_epoch,
+ observed_rows = excluded.observed_rows, updated_at_ms = excluded.updated_at_ms`,
+			c.Partition, c.Name, c.SchemaVersion, state, c.Watermark, c.OwnerEpoch, c.ObservedRows, c.UpdatedAtMs)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("seed: set checkpoint: %w", err)
 	}
 	return nil
 }

@@ -387,3 +387,69 @@ func TestPubKeyDeterministic(t *testing.T) {
 		t.Error("PubKey ignores the scope digest")
 	}
 }
+
+// TestSetCheckpoint: the table has PROTOCOL.md §4's columns in order with
+// (partition, name) as its key, in any generation, and a second write of
+// the same checkpoint replaces the row.
+func TestSetCheckpoint(t *testing.T) {
+	for _, gen := range []int{1, 3} {
+		path := filepath.Join(t.TempDir(), "c.sqlite")
+		w, err := seed.Create(path, gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := seed.Checkpoint{Partition: "p1", Name: "tasks-projection", SchemaVersion: 2, UpdatedAtMs: 5}
+		if err := w.SetCheckpoint(c); err != nil {
+			t.Fatal(err)
+		}
+		db := rawDB(t, path)
+		rows, err := db.Query(`SELECT name, pk FROM pragma_table_info('sync_backfill_checkpoints') ORDER BY cid`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cols []string
+		pk := map[string]int{}
+		for rows.Next() {
+			var name string
+			var k int
+			if err := rows.Scan(&name, &k); err != nil {
+				t.Fatal(err)
+			}
+			cols = append(cols, name)
+			if k > 0 {
+				pk[name] = k
+			}
+		}
+		rows.Close()
+		want := []string{"partition", "name", "schema_version", "state", "watermark", "owner_epoch", "observed_rows", "updated_at_ms"}
+		if !reflect.DeepEqual(cols, want) {
+			t.Errorf("gen %d columns %q, want %q", gen, cols, want)
+		}
+		if !reflect.DeepEqual(pk, map[string]int{"partition": 1, "name": 2}) {
+			t.Errorf("gen %d primary key %v", gen, pk)
+		}
+		c.SchemaVersion, c.State, c.Watermark, c.UpdatedAtMs = 3, "activated", 9, 6
+		if err := w.SetCheckpoint(c); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SetCheckpoint(seed.Checkpoint{Partition: "p1", Name: "other", SchemaVersion: 1}); err != nil {
+			t.Fatal(err)
+		}
+		got := dump(t, path, "sync_backfill_checkpoints")
+		if len(got) != 2 {
+			t.Fatalf("gen %d: %d rows, want 2: %v", gen, len(got), got)
+		}
+		var schema int64
+		var state string
+		if err := db.QueryRow(`SELECT schema_version, state FROM sync_backfill_checkpoints WHERE name = 'tasks-projection'`).Scan(&schema, &state); err != nil {
+			t.Fatal(err)
+		}
+		if schema != 3 || state != "activated" {
+			t.Errorf("gen %d: upsert left schema_version %d state %q", gen, schema, state)
+		}
+		if err := db.QueryRow(`SELECT state FROM sync_backfill_checkpoints WHERE name = 'other'`).Scan(&state); err != nil || state != "declared" {
+			t.Errorf("gen %d: default state %q, %v", gen, state, err)
+		}
+		w.Close()
+	}
+}
