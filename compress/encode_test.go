@@ -101,13 +101,13 @@ func decodeIndependently(t testing.TB, c Coding, enc []byte) []byte {
 }
 
 func TestVerifyDetectsFlippedBytes(t *testing.T) {
-	b := segdata.RowsSegment(200)
+	b := segdata.RowsSegment(100)
 	id, size := segmentID(b), int64(len(b))
 	for _, c := range codingsUnderTest {
 		t.Run(c.String(), func(t *testing.T) {
 			enc := encodeBytes(t, c, b)
 			detected, tried := 0, 0
-			step := max(1, len(enc)/400)
+			step := max(1, len(enc)/200)
 			for i := 0; i < len(enc); i += step {
 				for _, mask := range []byte{0x01, 0x80} {
 					bad := bytes.Clone(enc)
@@ -218,7 +218,7 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 func TestVerifyStopsDecompressionBomb(t *testing.T) {
-	const bomb = 64 << 20 // 64 MiB of zeros, a few tens of KiB compressed
+	const bomb = 32 << 20 // 32 MiB of zeros, a few tens of KiB compressed
 	for _, c := range codingsUnderTest {
 		t.Run(c.String(), func(t *testing.T) {
 			var buf bytes.Buffer
@@ -239,7 +239,9 @@ func TestVerifyStopsDecompressionBomb(t *testing.T) {
 			if in.n > int64(buf.Len())/4 {
 				t.Errorf("Verify read %d of %d compressed bytes", in.n, buf.Len())
 			}
-			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > bomb/4 {
+			// Memory is bounded by the window (zstd) or less (gzip), not
+			// by what the bomb would expand to.
+			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > ZstdWindow+4<<20 {
 				t.Errorf("Verify allocated %d bytes for a %d-byte bomb", alloc, bomb)
 			}
 		})
