@@ -20,7 +20,7 @@ var codingsUnderTest = []Coding{Gzip, Zstd}
 // samples are small real segments: a rows segment and a SQLite image.
 func samples(t testing.TB) map[string][]byte {
 	t.Helper()
-	img, err := segdata.SQLiteImage(t.TempDir(), 1000)
+	img, err := segdata.SQLiteImage(t.TempDir(), 300)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,31 +218,40 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 func TestVerifyStopsDecompressionBomb(t *testing.T) {
-	const bomb = 32 << 20 // 32 MiB of zeros, a few tens of KiB compressed
+	// 64 concatenated streams (gzip members, zstd frames) of 1 MiB of
+	// zeros each: 64 MiB decoded from some tens of KiB.
+	const copies, each = 64, 1 << 20
 	for _, c := range codingsUnderTest {
 		t.Run(c.String(), func(t *testing.T) {
-			var buf bytes.Buffer
-			if _, err := Encode(c, &buf, io.LimitReader(zeros{}, bomb)); err != nil {
+			var one bytes.Buffer
+			if _, err := Encode(c, &one, io.LimitReader(zeros{}, each)); err != nil {
 				t.Fatal(err)
 			}
+			bomb := bytes.Repeat(one.Bytes(), copies)
 			claimed := []byte("SSG2 small")
-			in := &countReader{r: bytes.NewReader(buf.Bytes())}
+			in := &countReader{r: bytes.NewReader(bomb)}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
 			err := Verify(c, in, segmentID(claimed), int64(len(claimed)))
 			runtime.ReadMemStats(&after)
 			if !errors.Is(err, ErrMismatch) {
-				t.Fatalf("Verify of a %d-byte bomb claimed as %d bytes: %v", bomb, len(claimed), err)
+				t.Fatalf("Verify of a %d-byte bomb claimed as %d bytes: %v", copies*each, len(claimed), err)
 			}
 			// Decoding all of it would read every compressed byte; stopping
-			// at size+1 reads a block or two.
-			if in.n > int64(buf.Len())/4 {
-				t.Errorf("Verify read %d of %d compressed bytes", in.n, buf.Len())
+			// at size+1 reads a buffer or two.
+			if in.n > int64(len(bomb))/4 {
+				t.Errorf("Verify read %d of %d compressed bytes", in.n, len(bomb))
 			}
 			// Memory is bounded by the window (zstd) or less (gzip), not
 			// by what the bomb would expand to.
 			if alloc := after.TotalAlloc - before.TotalAlloc; alloc > ZstdWindow+4<<20 {
-				t.Errorf("Verify allocated %d bytes for a %d-byte bomb", alloc, bomb)
+				t.Errorf("Verify allocated %d bytes for a %d-byte bomb", alloc, copies*each)
+			}
+			// The same bomb claimed at its real size and id verifies: the
+			// bound is the claimed size, not a fixed cap.
+			full := make([]byte, copies*each)
+			if err := Verify(c, bytes.NewReader(bomb), segmentID(full), int64(len(full))); err != nil {
+				t.Errorf("the bomb at its true size: %v", err)
 			}
 		})
 	}
