@@ -159,21 +159,21 @@ func BenchmarkLevels(b *testing.B) {
 }
 
 // Headers real clients send (PROTOCOL.md §6) and a few heavier ones.
-var benchHeaders = []string{
-	"gzip",                          // Rust client
-	"gzip, deflate, br, zstd",       // browsers, Bun
-	"",                              // TS client with a bare fetch
-	"gzip, deflate",                 // Node fetch, curl --compressed
-	"br;q=1.0, gzip;q=0.8, *;q=0.1", // weighted
-	"identity;q=1, *;q=0",
+var benchHeaders = []struct{ name, header string }{
+	{"rust", "gzip"},
+	{"browser", "gzip, deflate, br, zstd"},
+	{"bare-fetch", ""},
+	{"node", "gzip, deflate"},
+	{"weighted", "br;q=1.0, gzip;q=0.8, *;q=0.1"},
+	{"no-coding", "identity;q=1, *;q=0"},
 }
 
 func BenchmarkNegotiate(b *testing.B) {
-	for i, h := range benchHeaders {
-		b.Run(strconv.Itoa(i), func(b *testing.B) {
+	for _, h := range benchHeaders {
+		b.Run(h.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				Negotiate(h, nil)
+				Negotiate(h.header, nil)
 			}
 		})
 	}
