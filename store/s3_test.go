@@ -1062,6 +1062,8 @@ func FuzzDecodeS3Record(f *testing.F) {
 		m["publications"] = []any{s3Pub(m, "p2", "z", 9)}
 	})
 	f.Add(h, id)
+	h, _ = s3Rec(f, func(m map[string]any) { m["publications"] = []any{} })
+	f.Add(h, id)
 	f.Add("", id)
 	f.Add("e30", id) // {}
 	f.Fuzz(func(t *testing.T, header, id string) {
@@ -1072,8 +1074,24 @@ func FuzzDecodeS3Record(f *testing.F) {
 			}
 			return
 		}
-		if rec.SegmentID != id || !store.ValidSegmentID(id) || len(rec.Publications) == 0 || rec.ByteLength < 0 || rec.Fenced {
+		if rec.SegmentID != id || !store.ValidSegmentID(id) || rec.ByteLength < 0 || rec.Fenced || rec.LegacyHeader {
 			t.Fatalf("bad record %+v for %q", rec, id)
+		}
+		// The record object layout reads the same JSON the same way.
+		raw, ok := s3DecodeLoose(header)
+		if !ok {
+			t.Fatalf("header decoded, but not as base64: %q", header)
+		}
+		obj, err := store.DecodeS3RecordObject(raw, id)
+		if err != nil || !reflect.DeepEqual(obj, rec) {
+			t.Fatalf("record object decoder disagrees: %+v, %v; header gave %+v", obj, err, rec)
+		}
+		// No publication only from an explicit empty list (§4).
+		if len(rec.Publications) == 0 {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(raw, &m) != nil || strings.Join(strings.Fields(string(m["publications"])), "") != "[]" {
+				t.Fatalf("no publications without an explicit empty list: %s", raw)
+			}
 		}
 		for _, p := range rec.Publications {
 			if p.ByteLength != rec.ByteLength || (p.MediaType != store.MediaRows && p.MediaType != store.MediaSQLite) {
@@ -1081,6 +1099,25 @@ func FuzzDecodeS3Record(f *testing.F) {
 			}
 		}
 	})
+}
+
+// s3DecodeLoose decodes a header value the ways DecodeS3Record accepts:
+// base64url or standard, padded or not, ASCII whitespace ignored.
+func s3DecodeLoose(h string) ([]byte, bool) {
+	h = strings.Map(func(r rune) rune {
+		switch r {
+		case ' ', '\t', '\n', '\f', '\r':
+			return -1
+		case '+':
+			return '-'
+		case '/':
+			return '_'
+		}
+		return r
+	}, h)
+	h = strings.TrimRight(h, "=")
+	b, err := base64.RawURLEncoding.DecodeString(h)
+	return b, err == nil
 }
 
 func BenchmarkDecodeS3Record(b *testing.B) {
