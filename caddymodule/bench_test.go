@@ -142,7 +142,8 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 			b.Fatalf("record not cached: %+v", st)
 		}
 	})
-	// Every request HEADs the object at the real versitygw on loopback.
+	// Every request GETs the record object and HEADs the bytes object at
+	// the real versitygw on loopback.
 	b.Run("record_uncached", func(b *testing.B) {
 		h.store = s3s
 		benchServeHTTP(b, h, target, http.StatusFound, 0)

@@ -44,6 +44,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	    untokened        next|reject                   # default next
 //	    delivery         serve|redirect|proxy          # default redirect for s3, serve for sqlite
+//	    legacy_headers   stream|redirect               # redirect delivery, objects with a record header; default stream
 //	    presign_ttl      <duration>                    # default 60s
 //	    store_timeout    <duration>                    # default 5s
 //	    max_token_length <bytes>                       # default 4096
@@ -147,6 +148,19 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				h.Delivery = v
 			default:
 				return d.Errf("delivery must be serve, redirect or proxy, not %q", v)
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "legacy_headers":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			switch v := d.Val(); v {
+			case legacyHeadersStream, legacyHeadersRedirect:
+				h.LegacyHeaders = v
+			default:
+				return d.Errf("legacy_headers must be stream or redirect, not %q", v)
 			}
 			if d.NextArg() {
 				return d.ArgErr()

@@ -66,6 +66,18 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 				s.SessionToken == "{env.ST}" && s.PathStyle != nil && !*s.PathStyle && h.Delivery == "proxy" &&
 				h.PresignTTL == caddy.Duration(30e9)
 		}},
+		{"legacy_headers redirect", `syncular_segments {
+			key k
+			delivery redirect
+			legacy_headers redirect
+		}`, func(h *Handler) bool { return h.LegacyHeaders == "redirect" }},
+		{"legacy_headers stream", `syncular_segments {
+			key k
+			legacy_headers stream
+		}`, func(h *Handler) bool { return h.LegacyHeaders == "stream" }},
+		{"legacy_headers unset", `syncular_segments {
+			key k
+		}`, func(h *Handler) bool { return h.LegacyHeaders == "" }},
 	}
 	for _, c := range good {
 		t.Run(c.name, func(t *testing.T) {
@@ -95,6 +107,10 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"s3 unknown", "syncular_segments {\n store s3 {\n colour x\n }\n}", "store s3: unknown subdirective"},
 		{"delivery value", "syncular_segments {\n delivery teleport\n}", "delivery must be serve, redirect or proxy"},
 		{"max token", "syncular_segments {\n max_token_length -1\n}", "max_token_length must be a positive"},
+		{"legacy_headers value", "syncular_segments {\n legacy_headers proxy\n}", "legacy_headers must be stream or redirect"},
+		{"legacy_headers missing", "syncular_segments {\n legacy_headers\n}", "wrong argument count"},
+		{"legacy_headers extra", "syncular_segments {\n legacy_headers stream redirect\n}", "wrong argument count"},
+		{"legacy_headers repeated", "syncular_segments {\n legacy_headers stream\n legacy_headers redirect\n}", "legacy_headers specified more than once"},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {

@@ -149,7 +149,11 @@ func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant, d *de
 		return nil
 	}
 	if h.Delivery == DeliveryRedirect {
-		return h.redirect(w, r, g, d)
+		if !h.streamsLegacy(g.rec) {
+			return h.redirect(w, r, g, d)
+		}
+		d.legacy = true
+		setPlaceholder(r, "delivery", deliveryStreamLegacy)
 	}
 	return h.serve(w, r, g, d)
 }
@@ -215,7 +219,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
 	w.WriteHeader(status)
 	n, err := copyBody(w, body, br.n)
-	h.metrics.bytes(n)
+	h.metrics.via(d.legacy).bytes(n)
 	if err != nil {
 		// Headers are gone: the client sees a short body and retries.
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
@@ -243,6 +247,7 @@ type decision struct {
 	lookup  time.Duration
 	open    time.Duration
 	presign time.Duration
+	legacy  bool // a redirect handler streamed it (legacy record header)
 }
 
 // finish counts the request and writes one debug line per decision:
@@ -256,7 +261,7 @@ func (h *Handler) finish(r *http.Request, d *decision) {
 		}
 		reason = replString(repl, "http.syncular.reason")
 	}
-	h.metrics.request(outcome)
+	h.metrics.via(d.legacy).request(outcome)
 	c := h.logger.Check(zapcore.DebugLevel, "segment decision")
 	if c == nil {
 		return
@@ -264,6 +269,9 @@ func (h *Handler) finish(r *http.Request, d *decision) {
 	delivery := ""
 	if outcome == outcomeGranted || outcome == outcomeNotModied {
 		delivery = h.Delivery
+		if d.legacy {
+			delivery = deliveryStreamLegacy
+		}
 	}
 	aud := ""
 	if d.aud != "" {

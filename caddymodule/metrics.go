@@ -47,11 +47,11 @@ func moduleCollectors() *collectors {
 		collectorsVal = &collectors{
 			requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: ns, Subsystem: sub, Name: "requests_total",
-				Help: "Requests the handler decided, by outcome (granted, not_modified, next, or the error code) and the handler's delivery mode.",
+				Help: "Requests the handler decided, by outcome (granted, not_modified, next, or the error code) and the handler's delivery mode (stream_legacy: a redirect handler streamed an object carrying a legacy record header).",
 			}, []string{"outcome", "delivery"}),
 			bytesServed: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: ns, Subsystem: sub, Name: "bytes_served_total",
-				Help: "Segment body bytes written by the edge (serve and proxy delivery; redirects write none).",
+				Help: "Segment body bytes written by the edge (serve, proxy and stream_legacy delivery; redirects write none).",
 			}, []string{"delivery"}),
 			storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Namespace: ns, Subsystem: sub, Name: "store_duration_seconds",
@@ -110,6 +110,10 @@ type handlerMetrics struct {
 	presign  prometheus.Observer
 	slots    []prometheus.Counter // index: key slot (0-based)
 	noSlot   prometheus.Counter
+	// legacy counts requests a redirect handler streamed because the
+	// object carries a legacy record header (delivery="stream_legacy");
+	// nil when the handler never does.
+	legacy *handlerMetrics
 }
 
 func newHandlerMetrics(c *collectors, backend, delivery string, keys int) *handlerMetrics {
@@ -128,6 +132,23 @@ func newHandlerMetrics(c *collectors, backend, delivery string, keys int) *handl
 	}
 	for i := range keys {
 		m.slots = append(m.slots, c.verifications.WithLabelValues(strconv.Itoa(i+1)))
+	}
+	return m
+}
+
+// withLegacy resolves the delivery="stream_legacy" children for a redirect
+// handler that streams objects carrying a legacy record header.
+func (m *handlerMetrics) withLegacy(backend string, keys int) {
+	if m != nil {
+		m.legacy = newHandlerMetrics(m.c, backend, deliveryStreamLegacy, keys)
+	}
+}
+
+// via returns the metrics to count a request under: the stream_legacy
+// children when legacy (and resolved), else m. Nil-safe, allocation-free.
+func (m *handlerMetrics) via(legacy bool) *handlerMetrics {
+	if legacy && m != nil && m.legacy != nil {
+		return m.legacy
 	}
 	return m
 }
@@ -327,6 +348,9 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 		}
 	}
 	h.metrics = newHandlerMetrics(c, h.Store.Backend, h.Delivery, len(h.Keys))
+	if h.streamLegacy {
+		h.metrics.withLegacy(h.Store.Backend, len(h.Keys))
+	}
 	if cs, ok := h.store.(cacheStatser); ok {
 		c.caches.add(cs)
 		h.statsCache = cs

@@ -220,7 +220,8 @@ func TestMetricsDisabled(t *testing.T) {
 // The request path resolves label children at provision: counting does
 // not allocate.
 func TestMetricsNoAllocs(t *testing.T) {
-	m := newHandlerMetrics(moduleCollectors(), "sqlite", "serve", 2)
+	m := newHandlerMetrics(moduleCollectors(), "s3", "redirect", 2)
+	m.withLegacy("s3", 2)
 	if n := testing.AllocsPerRun(100, func() {
 		m.request("sync.forbidden")
 		m.request(outcomeGranted)
@@ -228,6 +229,9 @@ func TestMetricsNoAllocs(t *testing.T) {
 		m.verification(-1)
 		m.storeOp(opLookup, 1234)
 		m.bytes(100)
+		m.via(true).request(outcomeGranted)
+		m.via(true).bytes(100)
+		m.via(false).request(outcomeGranted)
 	}); n != 0 {
 		t.Fatalf("%v allocations per request", n)
 	}

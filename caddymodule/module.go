@@ -63,6 +63,16 @@ type Handler struct {
 	// streams like "proxy".
 	Delivery string `json:"delivery,omitempty"`
 
+	// What "redirect" delivery does with a segment whose S3 bytes object
+	// carries an older writer's x-amz-meta-syncular-record header, which
+	// holds the partition id and which a client following the redirect
+	// would receive: "stream" (answer with the bytes as "proxy" delivery
+	// does, counted as delivery="stream_legacy" in
+	// caddy_syncular_requests_total) or "redirect" (redirect anyway).
+	// Objects without the header are redirected either way. Only valid
+	// with "redirect" delivery. Default: "stream".
+	LegacyHeaders string `json:"legacy_headers,omitempty"`
+
 	// Longest life of a presigned redirect URL. Default: 60s. The URL
 	// never outlives the token or the publication either.
 	PresignTTL caddy.Duration `json:"presign_ttl,omitempty"`
@@ -103,6 +113,10 @@ type Handler struct {
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
+
+	// streamLegacy: redirect delivery streams objects that carry a
+	// legacy record header (LegacyHeaders "stream").
+	streamLegacy bool
 }
 
 // AudienceConfig selects the audience rule (PROTOCOL.md §3).
@@ -338,6 +352,9 @@ func (h *Handler) Validate() error {
 		}
 	default:
 		return fmt.Errorf("syncular_segments: unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
+	}
+	if err := h.validateLegacyHeaders(); err != nil {
+		return err
 	}
 	if h.Delivery == DeliveryRedirect && time.Duration(h.PresignTTL) < time.Second {
 		return errors.New("syncular_segments: presign_ttl must be at least 1s")

@@ -14,6 +14,14 @@ import (
 	"github.com/syncular/caddy-syncular/store"
 )
 
+// Values of Handler.LegacyHeaders, and the delivery label of a request a
+// redirect handler streamed because of a legacy record header.
+const (
+	legacyHeadersStream   = "stream"
+	legacyHeadersRedirect = "redirect"
+	deliveryStreamLegacy  = "stream_legacy"
+)
+
 // provisionS3 builds the S3 store (no network I/O: credentials from the
 // SDK chain are fetched on first use) and, for redirect delivery, the
 // presigner.
@@ -62,6 +70,33 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 			return fmt.Errorf("syncular_segments: presign: %v", err)
 		}
 		h.presigner = p
+		h.streamLegacy = h.LegacyHeaders != legacyHeadersRedirect
+	}
+	return nil
+}
+
+// streamsLegacy reports whether a redirect handler answers rec with the
+// bytes instead of a redirect: its S3 object carries an older writer's
+// x-amz-meta-syncular-record header (whichever record the store used), and
+// S3 returns user metadata on a presigned GET, so the client would receive
+// the partition id (PROTOCOL.md §1 forbids it). Streaming sends only the
+// edge's own headers. legacy_headers redirect turns this off.
+func (h *Handler) streamsLegacy(rec *store.Record) bool {
+	return h.streamLegacy && rec.LegacyHeader
+}
+
+// validateLegacyHeaders checks legacy_headers: stream or redirect, and
+// only with redirect delivery (the other modes never redirect).
+func (h *Handler) validateLegacyHeaders() error {
+	switch h.LegacyHeaders {
+	case "":
+		return nil
+	case legacyHeadersStream, legacyHeadersRedirect:
+	default:
+		return fmt.Errorf("syncular_segments: legacy_headers must be stream or redirect, not %q", h.LegacyHeaders)
+	}
+	if h.Delivery != DeliveryRedirect {
+		return fmt.Errorf("syncular_segments: legacy_headers applies to delivery redirect only (delivery is %s)", h.Delivery)
 	}
 	return nil
 }

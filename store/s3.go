@@ -214,56 +214,132 @@ func S3ObjectKey(prefix, segmentID string) string {
 	return prefix + "seg/" + strings.Replace(segmentID, ":", "/", 1)
 }
 
-// Lookup reads the record of segmentID with one HEAD of its object. An
-// invalid id is ErrNotFound without a request; a missing object (404) is
-// ErrNotFound; a missing or corrupt record header, or an object whose length
-// is not the record's byteLength, is a fault wrapping ErrCorruptRecord.
+// RecordKey is the record object key of segmentID:
+// {prefix}rec/sha256/{hex}.json.
+func (s *S3) RecordKey(segmentID string) string { return S3RecordKey(s.prefix, segmentID) }
+
+// S3RecordKey is the record object key of segmentID under prefix:
+// {prefix}rec/sha256/{hex}.json (the id's first ":" replaced by "/").
+func S3RecordKey(prefix, segmentID string) string {
+	return prefix + "rec/" + strings.Replace(segmentID, ":", "/", 1) + ".json"
+}
+
+// maxRecordObject bounds the body of a record object read by Lookup
+// (about 2,500 publications). A larger one is a corrupt record.
+const maxRecordObject = 1 << 20
+
+// Lookup reads the record of segmentID (PROTOCOL.md §5.2) with two
+// requests run concurrently: a GET of the record object
+// ({prefix}rec/sha256/{hex}.json) and a HEAD of the bytes object
+// ({prefix}seg/sha256/{hex}). Every layout needs both: the record object,
+// when it exists, is the whole record; the HEAD proves the bytes exist,
+// gives their length (checked against byteLength), tells whether the
+// object carries a legacy x-amz-meta-syncular-record header
+// (Record.LegacyHeader) and carries that header, read only when there is
+// no record object (the two are never merged). Running them together makes
+// a cold lookup cost one round trip rather than two.
+//
+// An invalid id is ErrNotFound without a request; a missing bytes object is
+// ErrNotFound; bytes with neither a record object nor a header are
+// ErrNotFound (a record that is gone). A record object or header that
+// cannot be parsed, or an object whose length is not the record's
+// byteLength, is a fault wrapping ErrCorruptRecord.
 func (s *S3) Lookup(ctx context.Context, segmentID string) (*Record, error) {
 	if !ValidSegmentID(segmentID) {
 		return nil, ErrNotFound
 	}
-	key := s.ObjectKey(segmentID)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	out, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
+	type recResult struct {
+		body []byte
+		err  error
+	}
+	recCh := make(chan recResult, 1)
+	go func() {
+		body, err := s.getRecordObject(ctx, segmentID)
+		recCh <- recResult{body, err}
+	}()
+	key := s.ObjectKey(segmentID)
+	head, err := s.client.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
+		cancel()
+		<-recCh
 		return nil, s3MapError("HeadObject", key, err)
 	}
-	rec, err := DecodeS3Record(out.Metadata[S3RecordMetaKey], segmentID)
+	ro := <-recCh
+
+	header, legacy := head.Metadata[S3RecordMetaKey]
+	var rec *Record
+	switch {
+	case ro.err == nil:
+		rec, err = DecodeS3RecordObject(ro.body, segmentID)
+	case !errors.Is(ro.err, ErrNotFound):
+		return nil, ro.err
+	case strings.TrimSpace(header) == "":
+		// Bytes without a record: an entry whose record is gone.
+		return nil, ErrNotFound
+	default:
+		rec, err = DecodeS3Record(header, segmentID)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if out.ContentLength == nil || *out.ContentLength != rec.ByteLength {
+	if head.ContentLength == nil || *head.ContentLength != rec.ByteLength {
 		return nil, fmt.Errorf("store: s3 record of %s: %w: object length is not byteLength", segmentID, ErrCorruptRecord)
 	}
+	rec.LegacyHeader = legacy
 	return rec, nil
 }
 
-// Check probes bucket, credentials and permissions with a ranged GET of a
-// segment key that is never written ({prefix}seg/sha256/000…0). Only the
-// service's NoSuchKey answer passes: it is what a lifecycle-deleted object
-// will look like, so Lookup can then tell a missing object (ErrNotFound)
-// from a configuration fault. A HEAD cannot: its 404 has no body, so a
+// getRecordObject reads the record object of segmentID whole (at most
+// maxRecordObject bytes). A missing object is ErrNotFound.
+func (s *S3) getRecordObject(ctx context.Context, segmentID string) ([]byte, error) {
+	key := s.RecordKey(segmentID)
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key})
+	if err != nil {
+		return nil, s3MapError("GetObject", key, err)
+	}
+	defer out.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(out.Body, maxRecordObject+1))
+	if err != nil {
+		e, _ := s3Classify("GetObject", key, err)
+		return nil, e
+	}
+	if len(body) > maxRecordObject {
+		return nil, fmt.Errorf("store: s3 record of %s: %w: record object larger than %d bytes", segmentID, ErrCorruptRecord, maxRecordObject)
+	}
+	return body, nil
+}
+
+// Check probes bucket, credentials and permissions with ranged GETs of a
+// segment key and a record key that are never written
+// ({prefix}seg/sha256/000…0 and {prefix}rec/sha256/000…0.json; the edge
+// reads both prefixes). Only the service's NoSuchKey answers pass: they are
+// what a lifecycle-deleted object will look like, so Lookup can then tell a
+// missing object (ErrNotFound) from a configuration fault. A HEAD cannot: its 404 has no body, so a
 // wrong bucket name, or on versitygw an unknown access key id, reads as
 // "not found" there. On AWS, a 403 here usually means the credentials lack
 // s3:ListBucket, without which S3 answers 403 instead of 404 for a missing
 // object (every lifecycle-deleted segment would then be a store fault).
 // Meant for startup, bounded by the store's timeout.
 func (s *S3) Check(ctx context.Context) error {
-	key := s.ObjectKey("sha256:" + strings.Repeat("0", 64))
+	never := "sha256:" + strings.Repeat("0", 64)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key, Range: aws.String("bytes=0-0")})
-	if err == nil {
-		out.Body.Close()
-		return nil
+	for _, key := range []string{s.ObjectKey(never), s.RecordKey(never)} {
+		out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key, Range: aws.String("bytes=0-0")})
+		if err == nil {
+			out.Body.Close()
+			continue
+		}
+		var nsk *types.NoSuchKey
+		if errors.As(err, &nsk) {
+			continue
+		}
+		e, _ := s3Classify("GetObject", key, err)
+		return e
 	}
-	var nsk *types.NoSuchKey
-	if errors.As(err, &nsk) {
-		return nil
-	}
-	e, _ := s3Classify("GetObject", key, err)
-	return e
+	return nil
 }
 
 // S3Object is a GET of a segment object, for a handler that forwards a

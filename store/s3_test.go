@@ -373,14 +373,42 @@ func TestS3DecodePublicationRules(t *testing.T) {
 			t.Errorf("publications %+v", rec.Publications)
 		}
 	})
-	t.Run("empty publications list derives", func(t *testing.T) {
-		h, id := s3Rec(t, func(m map[string]any) { m["publications"] = []any{} })
+	t.Run("empty publications list grants nothing", func(t *testing.T) {
+		// §4: an explicit list rules even when empty; the top-level fields
+		// (which alone would grant p1/d1 until 1750086400000) are no fallback.
+		edit := func(m map[string]any) {
+			m["scopeDigest"] = d1
+			m["scopeDigests"] = []any{d2}
+			m["publications"] = []any{}
+		}
+		h, id := s3Rec(t, edit)
+		fromHeader, err := store.DecodeS3Record(h, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := base64.RawURLEncoding.DecodeString(h)
+		fromObject, err := store.DecodeS3RecordObject(raw, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, rec := range map[string]*store.Record{"header": fromHeader, "record object": fromObject} {
+			if len(rec.Publications) != 0 || rec.ByteLength == 0 {
+				t.Errorf("%s: publications %+v", name, rec.Publications)
+			}
+			for _, d := range []string{d1, d2} {
+				if out := store.Grant(rec, d, s3Audience("p1"), s3Audience, 1750000000000).Outcome; out != store.Forbidden {
+					t.Errorf("%s: Grant(%s) = %v, want Forbidden", name, d, out)
+				}
+			}
+		}
+		// The same record without the list grants: the test can fail.
+		h, _ = s3Rec(t, func(m map[string]any) { edit(m); delete(m, "publications") })
 		rec, err := store.DecodeS3Record(h, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rec.Publications) != 1 || rec.Publications[0].Partition != "p1" {
-			t.Errorf("publications %+v", rec.Publications)
+		if out := store.Grant(rec, d2, s3Audience("p1"), s3Audience, 1750000000000).Outcome; out != store.Granted {
+			t.Errorf("without the list: Grant = %v, want Granted", out)
 		}
 	})
 	t.Run("publication without logEpoch", func(t *testing.T) {
@@ -473,12 +501,16 @@ func TestS3StoreLookupVectors(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := s3WantRecord(t, g.Result.Record)
+			want.LegacyHeader = true // the vectors are the header layout
 			s3CheckRecord(t, rec, want)
 			if n := srv.CountRequests(t, "s3_HeadObject", st.ObjectKey(g.SegmentID)); n < 1 {
 				t.Errorf("no HEAD of %s logged", st.ObjectKey(g.SegmentID))
 			}
-			if n := srv.CountRequests(t, "", ""); n != before+1 {
-				t.Errorf("Lookup made %d requests, want 1", n-before)
+			if n := srv.CountRequests(t, "s3_GetObject", st.RecordKey(g.SegmentID)); n < 1 {
+				t.Errorf("no GET of %s logged", st.RecordKey(g.SegmentID))
+			}
+			if n := srv.CountRequests(t, "", ""); n != before+2 {
+				t.Errorf("Lookup made %d requests, want 2", n-before)
 			}
 			pub := want.Publications[0]
 			res := store.Grant(rec, pub.ScopeDigest, s3Audience(pub.Partition), s3Audience, v.FrozenNowMs)
@@ -610,12 +642,12 @@ func TestS3StoreFaults(t *testing.T) {
 	c := srv.Client()
 	st := s3NewStore(t, srv, "", nil)
 
-	t.Run("missing record header", func(t *testing.T) {
+	t.Run("neither record object nor header", func(t *testing.T) {
+		// §5.2: bytes whose record is gone are not found, not a fault.
 		id := s3test.PutSegment(t, c, s3Bucket, "", []byte("no header"), "")
-		_, err := st.Lookup(ctx, id)
-		s3AssertFault(t, err)
-		if !errors.Is(err, store.ErrCorruptRecord) {
-			t.Errorf("want ErrCorruptRecord: %v", err)
+		rec, err := st.Lookup(ctx, id)
+		if !errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorruptRecord) {
+			t.Errorf("Lookup = %+v, %v; want ErrNotFound", rec, err)
 		}
 	})
 	t.Run("corrupt record header", func(t *testing.T) {
@@ -1032,6 +1064,8 @@ func FuzzDecodeS3Record(f *testing.F) {
 		m["publications"] = []any{s3Pub(m, "p2", "z", 9)}
 	})
 	f.Add(h, id)
+	h, _ = s3Rec(f, func(m map[string]any) { m["publications"] = []any{} })
+	f.Add(h, id)
 	f.Add("", id)
 	f.Add("e30", id) // {}
 	f.Fuzz(func(t *testing.T, header, id string) {
@@ -1042,8 +1076,24 @@ func FuzzDecodeS3Record(f *testing.F) {
 			}
 			return
 		}
-		if rec.SegmentID != id || !store.ValidSegmentID(id) || len(rec.Publications) == 0 || rec.ByteLength < 0 || rec.Fenced {
+		if rec.SegmentID != id || !store.ValidSegmentID(id) || rec.ByteLength < 0 || rec.Fenced || rec.LegacyHeader {
 			t.Fatalf("bad record %+v for %q", rec, id)
+		}
+		// The record object layout reads the same JSON the same way.
+		raw, ok := s3DecodeLoose(header)
+		if !ok {
+			t.Fatalf("header decoded, but not as base64: %q", header)
+		}
+		obj, err := store.DecodeS3RecordObject(raw, id)
+		if err != nil || !reflect.DeepEqual(obj, rec) {
+			t.Fatalf("record object decoder disagrees: %+v, %v; header gave %+v", obj, err, rec)
+		}
+		// No publication only from an explicit empty list (§4).
+		if len(rec.Publications) == 0 {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(raw, &m) != nil || strings.Join(strings.Fields(string(m["publications"])), "") != "[]" {
+				t.Fatalf("no publications without an explicit empty list: %s", raw)
+			}
 		}
 		for _, p := range rec.Publications {
 			if p.ByteLength != rec.ByteLength || (p.MediaType != store.MediaRows && p.MediaType != store.MediaSQLite) {
@@ -1051,6 +1101,25 @@ func FuzzDecodeS3Record(f *testing.F) {
 			}
 		}
 	})
+}
+
+// s3DecodeLoose decodes a header value the ways DecodeS3Record accepts:
+// base64url or standard, padded or not, ASCII whitespace ignored.
+func s3DecodeLoose(h string) ([]byte, bool) {
+	h = strings.Map(func(r rune) rune {
+		switch r {
+		case ' ', '\t', '\n', '\f', '\r':
+			return -1
+		case '+':
+			return '-'
+		case '/':
+			return '_'
+		}
+		return r
+	}, h)
+	h = strings.TrimRight(h, "=")
+	b, err := base64.RawURLEncoding.DecodeString(h)
+	return b, err == nil
 }
 
 func BenchmarkDecodeS3Record(b *testing.B) {
@@ -1065,5 +1134,275 @@ func BenchmarkDecodeS3Record(b *testing.B) {
 		if _, err := store.DecodeS3Record(p.RecordHeaderValue, m.SegmentID); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// ---- record layouts (PROTOCOL.md §5.2) ----------------------------------
+
+// s3RecordMap is a valid record of body as a JSON object (publication p1/d1
+// until expiresAtMs), edited by edit.
+func s3RecordMap(body []byte, edit func(m map[string]any)) map[string]any {
+	m := map[string]any{
+		"partition": "p1", "logEpoch": "e1", "table": "tasks", "schemaVersion": 3, "mediaType": "rows",
+		"scopeDigest": "d1", "asOfCommitSeq": 1, "rowCount": 1, "rowCursor": nil, "nextRowCursor": nil,
+		"segmentId": s3test.SegmentID(body), "byteLength": len(body),
+		"createdAtMs": 1750000000000, "expiresAtMs": 1750086400000,
+	}
+	if edit != nil {
+		edit(m)
+	}
+	return m
+}
+
+// TestS3StoreRecordLayouts writes objects into versitygw in each layout
+// the reference writers produce and checks what Lookup makes of them,
+// with the requests each lookup cost.
+func TestS3StoreRecordLayouts(t *testing.T) {
+	const now = int64(1750000000000)
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, s3Bucket)
+	c := srv.Client()
+	const prefix = "syncular/"
+	st := s3NewStore(t, srv, prefix, nil)
+	ctx := context.Background()
+
+	// lookup runs one cold Lookup and checks it cost exactly the record
+	// object GET and the bytes HEAD.
+	lookup := func(t *testing.T, id string) (*store.Record, error) {
+		t.Helper()
+		before := srv.Requests(t)
+		rec, err := st.Lookup(ctx, id)
+		after := srv.Requests(t)
+		made := after[len(before):]
+		ops := map[string]int{}
+		for _, r := range made {
+			ops[r.Operation+" "+r.Key]++
+		}
+		want := map[string]int{
+			"s3_GetObject " + st.RecordKey(id):  1,
+			"s3_HeadObject " + st.ObjectKey(id): 1,
+		}
+		if !reflect.DeepEqual(ops, want) {
+			t.Errorf("Lookup made requests %v, want %v", ops, want)
+		}
+		return rec, err
+	}
+	grant := func(rec *store.Record, part, sd string) store.Outcome {
+		out := store.Grant(rec, sd, s3Audience(part), s3Audience, now).Outcome
+		return out
+	}
+
+	t.Run("record object only", func(t *testing.T) {
+		body := []byte("written by a current writer")
+		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
+		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, s3RecordMap(body, nil))
+		rec, err := lookup(t, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.LegacyHeader || rec.ByteLength != int64(len(body)) || len(rec.Publications) != 1 {
+			t.Errorf("record %+v", rec)
+		}
+		if out := grant(rec, "p1", "d1"); out != store.Granted {
+			t.Errorf("Grant = %v", out)
+		}
+	})
+	t.Run("header only", func(t *testing.T) {
+		body := []byte("written by an older writer")
+		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, s3test.RecordHeader(s3RecordMap(body, nil)))
+		rec, err := lookup(t, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.LegacyHeader || len(rec.Publications) != 1 {
+			t.Errorf("record %+v", rec)
+		}
+		if out := grant(rec, "p1", "d1"); out != store.Granted {
+			t.Errorf("Grant = %v", out)
+		}
+	})
+	t.Run("both: the record object rules", func(t *testing.T) {
+		body := []byte("old bytes object, republished since")
+		// The stale header grants p1/d-old only; the record object grants
+		// p2/d-new only.
+		header := s3RecordMap(body, func(m map[string]any) { m["scopeDigest"] = "d-old" })
+		object := s3RecordMap(body, func(m map[string]any) {
+			m["publications"] = []any{s3Pub(m, "p2", "d-new", now+60_000)}
+		})
+		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, s3test.RecordHeader(header))
+		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, object)
+		rec, err := lookup(t, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rec.LegacyHeader {
+			t.Error("LegacyHeader false for an object carrying the header")
+		}
+		if out := grant(rec, "p2", "d-new"); out != store.Granted {
+			t.Errorf("grant only the record object has: %v, want Granted", out)
+		}
+		if out := grant(rec, "p1", "d-old"); out != store.Forbidden {
+			t.Errorf("grant only the stale header has: %v, want Forbidden", out)
+		}
+		// Once the record object is gone, the header is the record again:
+		// the test above can fail.
+		s3test.DeleteRecordObject(t, c, s3Bucket, prefix, id)
+		rec, err = lookup(t, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grant(rec, "p1", "d-old") != store.Granted || grant(rec, "p2", "d-new") != store.Forbidden {
+			t.Errorf("header record %+v", rec.Publications)
+		}
+	})
+	t.Run("neither", func(t *testing.T) {
+		body := []byte("bytes whose record is gone")
+		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
+		if rec, err := lookup(t, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Lookup = %+v, %v; want ErrNotFound", rec, err)
+		}
+	})
+	t.Run("record object without bytes", func(t *testing.T) {
+		body := []byte("bytes deleted by a lifecycle rule")
+		id := s3test.SegmentID(body)
+		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, s3RecordMap(body, nil))
+		if rec, err := st.Lookup(ctx, id); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("Lookup = %+v, %v; want ErrNotFound", rec, err)
+		}
+	})
+	t.Run("empty publications list", func(t *testing.T) {
+		body := []byte("published, then every publication withdrawn")
+		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
+		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, s3RecordMap(body, func(m map[string]any) {
+			m["expiresAtMs"] = now + 60_000
+			m["publications"] = []any{}
+		}))
+		rec, err := lookup(t, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := grant(rec, "p1", "d1"); out != store.Forbidden {
+			t.Errorf("Grant = %v, want Forbidden", out)
+		}
+	})
+
+	corrupt := map[string]struct {
+		object any
+		header bool // a valid header beside it must not be used
+	}{
+		"not json":             {object: "not json", header: true},
+		"json array":           {object: "[1]", header: true},
+		"base64 of the record": {object: s3test.RecordHeader(s3RecordMap([]byte("x"), nil)), header: true},
+		"another segment":      {object: s3RecordMap([]byte("elsewhere"), nil)},
+		"missing field":        {object: s3RecordMap(nil, func(m map[string]any) { delete(m, "table") }), header: true},
+		"length differs":       {object: s3RecordMap(nil, func(m map[string]any) { m["byteLength"] = 3 })},
+	}
+	for name, tc := range corrupt {
+		t.Run("corrupt record object/"+name, func(t *testing.T) {
+			body := []byte("a segment whose record object is corrupt: " + name)
+			hdr := ""
+			if tc.header {
+				hdr = s3test.RecordHeader(s3RecordMap(body, nil))
+			}
+			id := s3test.PutSegment(t, c, s3Bucket, prefix, body, hdr)
+			obj := tc.object
+			if m, ok := obj.(map[string]any); ok {
+				// Records built for a nil body: make them name this one,
+				// unless the case is about the segment id.
+				if name != "another segment" {
+					m["segmentId"] = id
+				}
+				if name != "length differs" {
+					m["byteLength"] = len(body)
+				}
+			}
+			s3test.PutRecordObject(t, c, s3Bucket, prefix, id, obj)
+			rec, err := lookup(t, id)
+			s3AssertFault(t, err)
+			if !errors.Is(err, store.ErrCorruptRecord) {
+				t.Errorf("Lookup = %+v, %v; want ErrCorruptRecord", rec, err)
+			}
+		})
+	}
+	t.Run("oversized record object", func(t *testing.T) {
+		body := []byte("a segment with a huge record object")
+		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
+		m := s3RecordMap(body, nil)
+		m["pad"] = strings.Repeat("x", 1<<20)
+		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, m)
+		_, err := st.Lookup(ctx, id)
+		if !errors.Is(err, store.ErrCorruptRecord) {
+			t.Errorf("want ErrCorruptRecord: %v", err)
+		}
+	})
+}
+
+// TestS3StoreCachedRequests: through store.Cached a cold lookup costs the
+// two requests, a cached one none, and concurrent cold lookups of one
+// segment share one flight (two requests in all).
+func TestS3StoreCachedRequests(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, s3Bucket)
+	c := srv.Client()
+	st := s3NewStore(t, srv, "", nil)
+	ctx := context.Background()
+	opts := store.DefaultCacheOptions()
+	opts.RecordTTL = time.Hour
+	cached := store.NewCached(st, opts)
+
+	body := []byte("looked up through the cache")
+	id := s3test.PutSegment(t, c, s3Bucket, "", body, s3test.RecordHeader(s3RecordMap(body, func(m map[string]any) { m["scopeDigest"] = "stale" })))
+	s3test.PutRecordObject(t, c, s3Bucket, "", id, s3RecordMap(body, nil))
+
+	n0 := srv.CountRequests(t, "", "")
+	rec, err := cached.Lookup(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold := srv.CountRequests(t, "", "") - n0
+	for range 5 {
+		again, err := cached.Lookup(ctx, id)
+		if err != nil || again != rec {
+			t.Fatalf("cached Lookup = %p, %v", again, err)
+		}
+	}
+	warm := srv.CountRequests(t, "", "") - n0 - cold
+	t.Logf("cold lookup: %d requests; 5 cached lookups: %d requests", cold, warm)
+	if cold != 2 || warm != 0 {
+		t.Errorf("requests: cold %d (want 2), cached %d (want 0)", cold, warm)
+	}
+	if rec.Publications[0].ScopeDigest != "d1" || !rec.LegacyHeader {
+		t.Errorf("record %+v", rec)
+	}
+
+	// Concurrent cold lookups of another segment: one flight.
+	body2 := []byte("looked up by many at once")
+	id2 := s3test.PutSegment(t, c, s3Bucket, "", body2, "")
+	s3test.PutRecordObject(t, c, s3Bucket, "", id2, s3RecordMap(body2, nil))
+	cached2 := store.NewCached(st, opts)
+	n1 := srv.CountRequests(t, "", "")
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := cached2.Lookup(ctx, id2)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	burst := srv.CountRequests(t, "", "") - n1
+	t.Logf("16 concurrent cold lookups: %d requests", burst)
+	// Goroutines that start after the flight ended hit the cache, so the
+	// count is exactly one flight's two requests.
+	if burst != 2 {
+		t.Errorf("16 concurrent cold lookups made %d requests, want 2", burst)
 	}
 }

@@ -23,40 +23,62 @@ var ErrCorruptRecord = errors.New("corrupt segment record")
 const S3RecordMetaKey = "syncular-record"
 
 // DecodeS3Record decodes the value of an object's x-amz-meta-syncular-record
-// header (base64url of the record's UTF-8 JSON) for segmentID.
+// header (base64url of the record's UTF-8 JSON; the older writers' layout)
+// for segmentID.
 //
 // The base64 is read loosely (the reference reader uses atob): padding, the
-// standard alphabet and ASCII whitespace are accepted. The JSON is read
-// strictly, with the member names matched exactly (not case-insensitively):
-// segmentId, partition, table, scopeDigest (strings); schemaVersion,
-// asOfCommitSeq, rowCount, byteLength, createdAtMs, expiresAtMs (integers);
-// mediaType ("rows" or "sqlite"); rowCursor and nextRowCursor (string or
-// null). logEpoch is a string and may be absent (records written before it
-// existed), which reads as "". Optional scopeDigests (list of strings) and
-// publications (list of §4 objects, checked the same way) follow §4: a
-// non-empty publications list alone rules; otherwise the record's own fields
-// are published once for each digest in {scopeDigest} ∪ scopeDigests.
-//
-// A record whose segmentId is not segmentID, or any publication whose
-// byteLength differs from the record's, is corrupt. Every error wraps
-// ErrCorruptRecord. The returned record is not fenced (S3 has no registry).
+// standard alphabet and ASCII whitespace are accepted. The JSON is then read
+// as DecodeS3RecordObject reads a record object. Every error wraps
+// ErrCorruptRecord.
 func DecodeS3Record(headerValue, segmentID string) (*Record, error) {
 	if !ValidSegmentID(segmentID) {
 		return nil, fmt.Errorf("store: s3 record: %w: invalid segment id", ErrCorruptRecord)
 	}
-	bad := func(what string) error {
-		return fmt.Errorf("store: s3 record of %s: %w: %s", segmentID, ErrCorruptRecord, what)
-	}
 	if strings.TrimSpace(headerValue) == "" {
-		return nil, bad("missing x-amz-meta-" + S3RecordMetaKey)
+		return nil, fmt.Errorf("store: s3 record of %s: %w: missing x-amz-meta-%s", segmentID, ErrCorruptRecord, S3RecordMetaKey)
 	}
 	raw, ok := decodeBase64Loose(headerValue)
 	if !ok {
-		return nil, bad("header is not base64url")
+		return nil, fmt.Errorf("store: s3 record of %s: %w: header is not base64url", segmentID, ErrCorruptRecord)
+	}
+	return decodeRecordJSON(raw, segmentID, "header")
+}
+
+// DecodeS3RecordObject decodes the body of a record object
+// ({prefix}rec/sha256/{hex}.json, the current writers' layout: the record's
+// plain UTF-8 JSON) for segmentID.
+//
+// The JSON is read strictly, with the member names matched exactly (not
+// case-insensitively): segmentId, partition, table, scopeDigest (strings);
+// schemaVersion, asOfCommitSeq, rowCount, byteLength, createdAtMs,
+// expiresAtMs (integers); mediaType ("rows" or "sqlite"); rowCursor and
+// nextRowCursor (string or null). logEpoch is a string and may be absent
+// (records written before it existed), which reads as "". Optional
+// scopeDigests (list of strings) and publications (list of §4 objects,
+// checked the same way) follow §4: a publications list, when present, alone
+// rules, even when it is empty (then nothing is granted); without one the
+// record's own fields are published once for each digest in
+// {scopeDigest} ∪ scopeDigests.
+//
+// A record whose segmentId is not segmentID, or any publication whose
+// byteLength differs from the record's, is corrupt. Every error wraps
+// ErrCorruptRecord. The returned record is not fenced (S3 has no registry).
+func DecodeS3RecordObject(body []byte, segmentID string) (*Record, error) {
+	if !ValidSegmentID(segmentID) {
+		return nil, fmt.Errorf("store: s3 record: %w: invalid segment id", ErrCorruptRecord)
+	}
+	return decodeRecordJSON(body, segmentID, "record object")
+}
+
+// decodeRecordJSON reads the record JSON raw of segmentID (a valid id);
+// what names its source in errors.
+func decodeRecordJSON(raw []byte, segmentID, what string) (*Record, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("store: s3 record of %s: %w: %s", segmentID, ErrCorruptRecord, why)
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
-		return nil, bad("header is not a JSON object")
+		return nil, bad(what + " is not a JSON object")
 	}
 	id, err := recString(obj, "segmentId", false)
 	if err != nil {
@@ -75,7 +97,8 @@ func DecodeS3Record(headerValue, segmentID string) (*Record, error) {
 	rec := &Record{SegmentID: segmentID, ByteLength: top.ByteLength, MediaType: top.MediaType}
 
 	var pubsRaw []json.RawMessage
-	if v, ok := obj["publications"]; ok {
+	v, explicit := obj["publications"]
+	if explicit {
 		if err := json.Unmarshal(v, &pubsRaw); err != nil || isJSONNull(v) {
 			return nil, bad("publications is not a list")
 		}
@@ -95,7 +118,9 @@ func DecodeS3Record(headerValue, segmentID string) (*Record, error) {
 		}
 	}
 
-	if len(pubsRaw) > 0 {
+	if explicit {
+		// §4: the list alone rules, even when empty (an empty list grants
+		// nothing; the top-level fields are not a fallback).
 		rec.Publications = make([]Publication, 0, len(pubsRaw))
 		for i, pr := range pubsRaw {
 			var po map[string]json.RawMessage

@@ -60,6 +60,13 @@ type Record struct {
 	// is overtaken: no longer granted. Nil or a missing partition: nothing
 	// is overtaken.
 	Checkpoints map[string]int64
+
+	// LegacyHeader is true when the segment's S3 bytes object carries an
+	// x-amz-meta-syncular-record header (an older writer's record,
+	// PROTOCOL.md §5.2), whether or not that header is the record in use.
+	// A presigned GET of such an object would hand the header, and the
+	// partition id in it, to the client. Always false for other stores.
+	LegacyHeader bool
 }
 
 // Store is a read-only segment store.

@@ -297,11 +297,60 @@ func DeleteSegment(t testing.TB, c *s3.Client, bucket, prefix, segmentID string)
 	}
 }
 
-// RecordHeader encodes a record as the reference does: base64url without
-// padding of its UTF-8 JSON. A string, []byte or json.RawMessage is taken
-// as the JSON text itself (to keep a given key order); anything else is
-// marshalled with encoding/json (HTML characters not escaped).
+// RecordKey is {prefix}rec/sha256/{hex}.json for segmentID: the record
+// object of the current reference writers.
+func RecordKey(prefix, segmentID string) string {
+	return prefix + "rec/" + strings.Replace(segmentID, ":", "/", 1) + ".json"
+}
+
+// PutRecordObject writes the record object of segmentID as the current
+// reference S3SegmentStore does: key {prefix}rec/sha256/{hex}.json, the
+// record's plain JSON as the body (RecordJSON(rec)), Content-Type
+// application/json. Current writers put the bytes with no metadata: pair it
+// with PutSegment(..., "").
+func PutRecordObject(t testing.TB, c *s3.Client, bucket, prefix, segmentID string, rec any) {
+	t.Helper()
+	body := RecordJSON(rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(bucket),
+		Key:           aws.String(RecordKey(prefix, segmentID)),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		ContentType:   aws.String("application/json"),
+	}); err != nil {
+		t.Fatalf("s3test: put record of %s: %v", segmentID, err)
+	}
+}
+
+// DeleteRecordObject removes the record object of segmentID.
+func DeleteRecordObject(t testing.TB, c *s3.Client, bucket, prefix, segmentID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String(RecordKey(prefix, segmentID)),
+	}); err != nil {
+		var nsk *types.NoSuchKey
+		if !errors.As(err, &nsk) {
+			t.Fatalf("s3test: delete record of %s: %v", segmentID, err)
+		}
+	}
+}
+
+// RecordHeader encodes a record as the older reference writers do in the
+// x-amz-meta-syncular-record header: base64url without padding of
+// RecordJSON(rec).
 func RecordHeader(rec any) string {
+	return base64.RawURLEncoding.EncodeToString(RecordJSON(rec))
+}
+
+// RecordJSON is the UTF-8 JSON of a record. A string, []byte or
+// json.RawMessage is taken as the JSON text itself (to keep a given key
+// order); anything else is marshalled with encoding/json (HTML characters
+// not escaped).
+func RecordJSON(rec any) []byte {
 	var raw []byte
 	switch v := rec.(type) {
 	case string:
@@ -315,11 +364,11 @@ func RecordHeader(rec any) string {
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(rec); err != nil {
-			panic("s3test: RecordHeader: " + err.Error())
+			panic("s3test: RecordJSON: " + err.Error())
 		}
 		raw = bytes.TrimRight(buf.Bytes(), "\n")
 	}
-	return base64.RawURLEncoding.EncodeToString(raw)
+	return raw
 }
 
 // Request is one line of the server's access log.

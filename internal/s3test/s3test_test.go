@@ -155,3 +155,45 @@ func TestStartFailsLoudly(t *testing.T) {
 		t.Errorf("binary that exits: %q", msg)
 	}
 }
+
+// TestPutRecordObject: the current writers' layout is a plain-JSON record
+// object beside a bytes object without metadata.
+func TestPutRecordObject(t *testing.T) {
+	srv := Start(t)
+	srv.CreateBucket(t, "segments")
+	c := srv.Client()
+	body := []byte("current writer bytes")
+	id := PutSegment(t, c, "segments", "p/", body, "")
+	rec := `{"segmentId":"` + id + `","partition":"p1"}`
+	PutRecordObject(t, c, "segments", "p/", id, rec)
+	key := RecordKey("p/", id)
+	if key != "p/rec/sha256/"+id[7:]+".json" {
+		t.Fatalf("record key %s", key)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("segments"), Key: aws.String(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(out.Body)
+	out.Body.Close()
+	if string(got) != rec || aws.ToString(out.ContentType) != "application/json" {
+		t.Errorf("record object %q (%s)", got, aws.ToString(out.ContentType))
+	}
+	head, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("segments"), Key: aws.String(ObjectKey("p/", id))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(head.Metadata) != 0 {
+		t.Errorf("bytes object carries metadata %v", head.Metadata)
+	}
+	if h := RecordHeader(rec); h != base64.RawURLEncoding.EncodeToString([]byte(rec)) {
+		t.Errorf("RecordHeader %s", h)
+	}
+	DeleteRecordObject(t, c, "segments", "p/", id)
+	if _, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("segments"), Key: aws.String(key)}); err == nil {
+		t.Error("record object still there after DeleteRecordObject")
+	}
+	DeleteRecordObject(t, c, "segments", "p/", id) // idempotent
+}
