@@ -480,3 +480,45 @@ func TestKeyRotation(t *testing.T) {
 		t.Fatalf("new key not accepted: %d", rec.Code)
 	}
 }
+
+// TestHashInSignedURL: a raw '#' in the request target of a request with
+// st anywhere (before or after the '#', in the query or after a '#' in the
+// path) is refused before any token or store work: a log filter reading
+// the target as a URL would end it at the '#' and keep the token.
+func TestHashInSignedURL(t *testing.T) {
+	fs := newFakeStore()
+	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
+	h := newTestHandler(t, fs, nil)
+	tok := token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	seg := "/sync/segments/" + id
+	for _, target := range []string{
+		seg + "?x=#&st=" + tok,
+		seg + "?st=" + tok + "&x=#",
+		seg + "?st=" + tok + "#",
+		seg + "?#st=" + tok,
+		seg + "?x#st=" + tok,
+		seg + "?x=1&#&%73t=" + tok,
+		seg + "#?st=" + tok,
+		seg + "#st=" + tok,
+		seg + "#x?y=1&st=" + tok,
+		"http://edge.example" + seg + "?x=#&st=" + tok, // absolute form
+	} {
+		rec, repl := serve(t, h, "GET", target, nil)
+		wantError(t, rec, 403, "sync.forbidden")
+		if v, _ := repl.GetString("http.syncular.key_slot"); v != "" {
+			t.Errorf("%s: the token was checked (key_slot %q)", target, v)
+		}
+	}
+	if l, o := fs.counts(); l != 0 || o != 0 {
+		t.Fatalf("'#' requests caused %d lookups, %d opens", l, o)
+	}
+	// An escaped '#' is data, not a fragment; a '#' without st is not ours.
+	rec, _ := serve(t, h, "GET", seg+"?x=%23&st="+tok, nil)
+	if rec.Code != 200 {
+		t.Fatalf("%%23 in the query: %d %s", rec.Code, rec.Body.String())
+	}
+	rec, _ = serve(t, h, "GET", seg+"?x=#&y=1", nil)
+	if rec.Code != 299 {
+		t.Fatalf("'#' without st: %d, want the next handler", rec.Code)
+	}
+}
