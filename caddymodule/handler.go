@@ -361,6 +361,10 @@ func stParams(rawQuery string) (tokens []string, present bool) {
 // it out of the access log. Both the target as received and as parsed
 // are checked, so a rewrite cannot hide the '#'.
 func hashHidesToken(r *http.Request) bool {
+	if strings.IndexByte(r.RequestURI, '#') < 0 && strings.IndexByte(r.URL.RawQuery, '#') < 0 &&
+		strings.IndexByte(r.URL.RawPath, '#') < 0 {
+		return false // the common case, without building strings
+	}
 	for _, target := range [2]string{r.RequestURI, r.URL.RawPath + "?" + r.URL.RawQuery} {
 		i := strings.IndexAny(target, "?#")
 		if i < 0 || strings.IndexByte(target[i:], '#') < 0 {
