@@ -108,7 +108,8 @@ func (c *caddyProc) render(tmpl string) string {
 
 // startCaddy runs `caddy run` on a Caddyfile template and waits until the
 // site port answers. env adds variables (secrets go in here, never in the
-// Caddyfile). The process is stopped when the test ends.
+// Caddyfile; {{PORT}}, {{ADMIN}} and {{DIR}} are filled in there too).
+// The process is stopped when the test ends.
 func startCaddy(t testing.TB, tmpl string, env ...string) *caddyProc {
 	t.Helper()
 	return startCaddyBin(t, caddyBinary(t), tmpl, env...)
@@ -131,7 +132,11 @@ func startCaddyBin(t testing.TB, bin, tmpl string, env ...string) *caddyProc {
 		"XDG_DATA_HOME="+filepath.Join(c.dir, "data"),
 		"HOME="+c.dir,
 	)
-	c.cmd.Env = append(c.cmd.Env, env...)
+	c.Env = make([]string, len(env)) // {{PORT}} etc. work in variables too
+	for i, e := range env {
+		c.Env[i] = c.render(e)
+	}
+	c.cmd.Env = append(c.cmd.Env, c.Env...)
 	c.cmd.Stdout = c.stderr
 	c.cmd.Stderr = c.stderr
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
