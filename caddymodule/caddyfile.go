@@ -30,7 +30,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    key              <secret> [<secret>...]        # current key first; hex:/base64: for raw bytes
 //	    audience         template <text>               # {partition} replaced by the partition id
 //	    audience         hmac_sha256 <secret> [hex|base64url]   # default hex
-//	    skew             <duration>                    # default 60s
+//	    skew             <duration>                    # default 60s; 0s is zero skew
 //	    store            sqlite <path>
 //	    store            s3 {
 //	        bucket            <name>
@@ -44,8 +44,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    }
 //	    untokened        next|reject                   # default next
 //	    delivery         serve|redirect|proxy          # default redirect for s3, serve for sqlite
-//	    presign_ttl      <duration>                    # default 60s
-//	    store_timeout    <duration>                    # default 5s
+//	    presign_ttl      <duration>                    # default 60s; must be positive
+//	    store_timeout    <duration>                    # default 5s; must be positive
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
 //	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config
@@ -107,9 +107,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
+			if dur == 0 && sub != "skew" {
+				// 0 would mean "unset" in JSON; here it is a mistake.
+				return d.Errf("%s must be positive (omit it for the default)", sub)
+			}
 			switch sub {
 			case "skew":
-				h.Skew = dur
+				h.Skew = &dur // explicit: 0 is zero skew, not the default
 			case "presign_ttl":
 				h.PresignTTL = dur
 			default:

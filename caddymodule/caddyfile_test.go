@@ -33,7 +33,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			max_token_length 2048
 		}`, func(h *Handler) bool {
 			return len(h.Keys) == 2 && h.Keys[0] == "{env.K1}" && h.Audience.Kind == "template" &&
-				h.Audience.Template == "aud:{partition}" && h.Skew == caddy.Duration(90e9) &&
+				h.Audience.Template == "aud:{partition}" && h.Skew != nil && *h.Skew == caddy.Duration(90e9) &&
 				h.Store.Backend == "sqlite" && h.Store.Path == "/var/lib/sync.db" && h.Untokened == "reject" &&
 				h.StoreTimeout == caddy.Duration(2e9) && h.MaxTokenLength == 2048
 		}},
