@@ -256,8 +256,8 @@ func optionsFromConfig(opts *presign.InspectOptions, path, adapterName, partitio
 		}
 		for i, k := range h.Keys {
 			// As given: inspect also diagnoses a config the edge would
-		// refuse for a weak key (caddy validate reports that).
-		kb, err := secret(repl, k, fmt.Sprintf("key %d", i+1), true)
+			// refuse for a weak key (caddy validate reports that).
+			kb, err := secret(repl, k, fmt.Sprintf("key %d", i+1), true)
 			if err != nil {
 				return err
 			}

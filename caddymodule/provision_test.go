@@ -2,12 +2,15 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
@@ -148,5 +151,96 @@ func TestSQLiteHandleShared(t *testing.T) {
 	}
 	if _, loaded := sqlitePool.References("sqlite:" + db); loaded {
 		t.Fatal("handle still pooled after the last cleanup")
+	}
+}
+
+// TestSkewZeroIsZero: "skew": 0 (JSON) and `skew 0s` (Caddyfile) mean no
+// skew at all; only an absent skew is the 60 s default.
+func TestSkewZeroIsZero(t *testing.T) {
+	for _, c := range []struct {
+		json string
+		want time.Duration
+	}{
+		{`{}`, 60 * time.Second},
+		{`{"skew": 0}`, 0},
+		{`{"skew": 5000000000}`, 5 * time.Second},
+		{`{"skew": "90s"}`, 90 * time.Second},
+	} {
+		var h Handler
+		if err := json.Unmarshal([]byte(c.json), &h); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		if h.skew != c.want {
+			t.Errorf("%s: skew %v, want %v", c.json, h.skew, c.want)
+		}
+	}
+	// A provisioned handler round-trips an explicit zero.
+	var h Handler
+	if err := json.Unmarshal([]byte(`{"skew": 0}`), &h); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(&h); !strings.Contains(string(b), `"skew":0`) {
+		t.Errorf("explicit zero skew lost on marshal: %s", b)
+	}
+
+	fs := newFakeStore()
+	id := fs.add([]byte("skew bytes"), pub("p1", digestA, testNow.Add(time.Hour)))
+	zero := caddy.Duration(0)
+	for _, c := range []struct {
+		name   string
+		skew   *caddy.Duration
+		past   time.Duration // token exp this long before now
+		status int
+	}{
+		{"zero skew, exp now", &zero, 0, 200},
+		{"zero skew, 1s past exp", &zero, time.Second, 403},
+		{"default skew, 59s past exp", nil, 59 * time.Second, 200},
+		{"default skew, 60s past exp", nil, 60 * time.Second, 200},
+		{"default skew, 61s past exp", nil, 61 * time.Second, 403},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newTestHandler(t, fs, func(h *Handler) { h.Skew = c.skew })
+			rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token(id, digestA, "aud:p1", testNow.Add(-c.past)), nil)
+			if c.status == 403 {
+				wantError(t, rec, 403, "sync.forbidden")
+			} else if rec.Code != c.status {
+				t.Fatalf("status %d, want %d: %s", rec.Code, c.status, rec.Body)
+			}
+		})
+	}
+}
+
+// TestZeroDurationsRefusedInCaddyfile: presign_ttl, store_timeout and
+// max_token_length have no meaningful zero; an explicit 0 is an error, not
+// the default.
+func TestZeroDurationsRefusedInCaddyfile(t *testing.T) {
+	for _, in := range []string{
+		"syncular_segments {\n presign_ttl 0s\n}",
+		"syncular_segments {\n store_timeout 0\n}",
+		"syncular_segments {\n max_token_length 0\n}",
+	} {
+		err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(in))
+		if err == nil || !strings.Contains(err.Error(), "positive") {
+			t.Errorf("%q: error %v, want a refusal", in, err)
+		}
+	}
+	for _, c := range []struct {
+		in   string
+		want *caddy.Duration
+	}{
+		{"syncular_segments {\n skew 0s\n}", new(caddy.Duration)},
+		{"syncular_segments {\n skew 0\n}", new(caddy.Duration)},
+		{"syncular_segments {\n key k\n}", nil},
+	} {
+		h := new(Handler)
+		if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(c.in)); err != nil {
+			t.Fatal(err)
+		}
+		if (h.Skew == nil) != (c.want == nil) || (h.Skew != nil && *h.Skew != *c.want) {
+			t.Errorf("%q: skew %v, want %v", c.in, h.Skew, c.want)
+		}
 	}
 }
