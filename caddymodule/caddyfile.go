@@ -28,9 +28,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //
 //	syncular_segments [<matcher>] {
 //	    key              <secret> [<secret>...]        # current key first; hex:/base64: for raw bytes
-//	    audience         template <text>               # {partition} replaced by the partition id
+//	    audience         template <text>               # {partition} replaced by the partition id; no Caddy placeholder
 //	    audience         hmac_sha256 <secret> [hex|base64url]   # default hex
-//	    skew             <duration>                    # default 60s
+//	    skew             <duration>                    # default 60s; 0s is zero skew
 //	    store            sqlite <path>
 //	    store            s3 {
 //	        bucket            <name>
@@ -45,8 +45,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    untokened        next|reject                   # default next
 //	    delivery         serve|redirect|proxy          # default redirect for s3, serve for sqlite
 //	    legacy_headers   stream|redirect               # redirect delivery, objects with a record header; default stream
-//	    presign_ttl      <duration>                    # default 60s
-//	    store_timeout    <duration>                    # default 5s
+//	    presign_ttl      <duration>                    # default 60s; must be positive
+//	    store_timeout    <duration>                    # default 5s; must be positive
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
 //	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config
@@ -88,7 +88,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				if len(args) != 2 {
 					return d.ArgErr()
 				}
-				h.Audience = &AudienceConfig{Kind: "template", Template: restoreShorthands(args[1])}
+				if long, short, ok := rewrittenPlaceholder(args[1]); ok {
+					return d.Errf("audience template: %s cannot be carried through a Caddyfile as written: "+
+						"Caddy rewrites the shorthand %s into %s before this directive sees the template, so "+
+						"the edge cannot tell which of the two you wrote. Keep a Caddyfile template's braces to "+
+						"{partition} and literal text that is no Caddy placeholder, or write the template in "+
+						"JSON config, which carries it byte for byte", long, short, long)
+				}
+				h.Audience = &AudienceConfig{Kind: "template", Template: args[1]}
 			case "hmac_sha256":
 				if len(args) > 3 {
 					return d.ArgErr()
@@ -108,9 +115,13 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err != nil {
 				return err
 			}
+			if dur == 0 && sub != "skew" {
+				// 0 would mean "unset" in JSON; here it is a mistake.
+				return d.Errf("%s must be positive (omit it for the default)", sub)
+			}
 			switch sub {
 			case "skew":
-				h.Skew = dur
+				h.Skew = &dur // explicit: 0 is zero skew, not the default
 			case "presign_ttl":
 				h.PresignTTL = dur
 			default:
@@ -273,54 +284,54 @@ func (h *Handler) unmarshalStore(d *caddyfile.Dispenser) error {
 }
 
 // Caddy's Caddyfile adapter rewrites placeholder shorthands ({host},
-// {query.x}, ...) into their long forms in every token before a directive
-// sees it. An audience template is literal text (only {partition} means
-// anything, and it is replaced with plain string operations, PROTOCOL.md
-// §4), so restoreShorthands undoes that rewrite. The lists mirror
-// caddyconfig/httpcaddyfile/shorthands.go of Caddy v2.11; a golden test
-// adapts every shorthand and checks that it arrives unchanged. The one
-// ambiguity is inherited from Caddy: {path.dir} and {path.file} are
-// rewritten to the same text as {dir} and {file} and come back as those.
-// JSON config carries a template byte for byte.
+// {query.x}, ...) into their long forms ({http.request.host}, ...) in every
+// token, quoted or not, before a directive sees it. An audience template
+// is literal text (only {partition} means anything, replaced with plain
+// string operations, PROTOCOL.md §4), and the two forms arrive identical,
+// so a template holding any text the rewrite produces cannot be carried
+// as written: the directive refuses it (rewrittenPlaceholder). The lists
+// mirror caddyconfig/httpcaddyfile/shorthands.go of Caddy v2.11; a test
+// adapts every shorthand and long form. JSON config carries a template
+// byte for byte.
 var (
-	shorthandInverse = strings.NewReplacer(
-		"{http.request.host}", "{host}",
-		"{http.request.hostport}", "{hostport}",
-		"{http.request.port}", "{port}",
-		"{http.request.orig_method}", "{orig_method}",
-		"{http.request.orig_uri}", "{orig_uri}",
-		"{http.request.orig_uri.path}", "{orig_path}",
-		"{http.request.orig_uri.path.dir}", "{orig_dir}",
-		"{http.request.orig_uri.path.file}", "{orig_file}",
-		"{http.request.orig_uri.query}", "{orig_query}",
-		"{http.request.orig_uri.prefixed_query}", "{orig_?query}",
-		"{http.request.method}", "{method}",
-		"{http.request.uri}", "{uri}",
-		"{http.request.uri_escaped}", "{%uri}",
-		"{http.request.uri.path}", "{path}",
-		"{http.request.uri.path_escaped}", "{%path}",
-		"{http.request.uri.path.dir}", "{dir}",
-		"{http.request.uri.path.file}", "{file}",
-		"{http.request.uri.query}", "{query}",
-		"{http.request.uri.query_escaped}", "{%query}",
-		"{http.request.uri.prefixed_query}", "{?query}",
-		"{http.request.remote}", "{remote}",
-		"{http.request.remote.host}", "{remote_host}",
-		"{http.request.remote.port}", "{remote_port}",
-		"{http.request.scheme}", "{scheme}",
-		"{http.request.uuid}", "{uuid}",
-		"{http.request.tls.cipher_suite}", "{tls_cipher}",
-		"{http.request.tls.version}", "{tls_version}",
-		"{http.request.tls.client.fingerprint}", "{tls_client_fingerprint}",
-		"{http.request.tls.client.issuer}", "{tls_client_issuer}",
-		"{http.request.tls.client.serial}", "{tls_client_serial}",
-		"{http.request.tls.client.subject}", "{tls_client_subject}",
-		"{http.request.tls.client.certificate_pem}", "{tls_client_certificate_pem}",
-		"{http.request.tls.client.certificate_der_base64}", "{tls_client_certificate_der_base64}",
-		"{http.reverse_proxy.upstream.hostport}", "{upstream_hostport}",
-		"{http.vars.client_ip}", "{client_ip}",
-	)
-	shorthandInverseRe = []struct {
+	shorthandLong = [][2]string{ // long form, shorthand
+		{"{http.request.host}", "{host}"},
+		{"{http.request.hostport}", "{hostport}"},
+		{"{http.request.port}", "{port}"},
+		{"{http.request.orig_method}", "{orig_method}"},
+		{"{http.request.orig_uri}", "{orig_uri}"},
+		{"{http.request.orig_uri.path}", "{orig_path}"},
+		{"{http.request.orig_uri.path.dir}", "{orig_dir}"},
+		{"{http.request.orig_uri.path.file}", "{orig_file}"},
+		{"{http.request.orig_uri.query}", "{orig_query}"},
+		{"{http.request.orig_uri.prefixed_query}", "{orig_?query}"},
+		{"{http.request.method}", "{method}"},
+		{"{http.request.uri}", "{uri}"},
+		{"{http.request.uri_escaped}", "{%uri}"},
+		{"{http.request.uri.path}", "{path}"},
+		{"{http.request.uri.path_escaped}", "{%path}"},
+		{"{http.request.uri.path.dir}", "{dir}"},
+		{"{http.request.uri.path.file}", "{file}"},
+		{"{http.request.uri.query}", "{query}"},
+		{"{http.request.uri.query_escaped}", "{%query}"},
+		{"{http.request.uri.prefixed_query}", "{?query}"},
+		{"{http.request.remote}", "{remote}"},
+		{"{http.request.remote.host}", "{remote_host}"},
+		{"{http.request.remote.port}", "{remote_port}"},
+		{"{http.request.scheme}", "{scheme}"},
+		{"{http.request.uuid}", "{uuid}"},
+		{"{http.request.tls.cipher_suite}", "{tls_cipher}"},
+		{"{http.request.tls.version}", "{tls_version}"},
+		{"{http.request.tls.client.fingerprint}", "{tls_client_fingerprint}"},
+		{"{http.request.tls.client.issuer}", "{tls_client_issuer}"},
+		{"{http.request.tls.client.serial}", "{tls_client_serial}"},
+		{"{http.request.tls.client.subject}", "{tls_client_subject}"},
+		{"{http.request.tls.client.certificate_pem}", "{tls_client_certificate_pem}"},
+		{"{http.request.tls.client.certificate_der_base64}", "{tls_client_certificate_der_base64}"},
+		{"{http.reverse_proxy.upstream.hostport}", "{upstream_hostport}"},
+		{"{http.vars.client_ip}", "{client_ip}"},
+	}
+	shorthandLongRe = []struct {
 		long  *regexp.Regexp
 		short string
 	}{
@@ -339,16 +350,24 @@ var (
 	}
 )
 
-// restoreShorthands undoes the Caddyfile adapter's shorthand expansion.
-func restoreShorthands(s string) string {
+// rewrittenPlaceholder reports the first text in s that Caddy's shorthand
+// rewrite can produce (long), with a shorthand that becomes it (short).
+func rewrittenPlaceholder(s string) (long, short string, ok bool) {
 	if !strings.Contains(s, "{http.") {
-		return s
+		return "", "", false
 	}
-	s = shorthandInverse.Replace(s)
-	for _, r := range shorthandInverseRe {
-		s = r.long.ReplaceAllString(s, r.short)
+	for _, p := range shorthandLong {
+		if strings.Contains(s, p[0]) {
+			return p[0], p[1], true
+		}
 	}
-	return s
+	for _, r := range shorthandLongRe {
+		if m := r.long.FindStringSubmatchIndex(s); m != nil {
+			long = s[m[0]:m[1]]
+			return long, string(r.long.ExpandString(nil, r.short, s, m)), true
+		}
+	}
+	return "", "", false
 }
 
 func parseDuration(d *caddyfile.Dispenser) (caddy.Duration, error) {

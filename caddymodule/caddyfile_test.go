@@ -12,7 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
@@ -33,7 +33,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			max_token_length 2048
 		}`, func(h *Handler) bool {
 			return len(h.Keys) == 2 && h.Keys[0] == "{env.K1}" && h.Audience.Kind == "template" &&
-				h.Audience.Template == "aud:{partition}" && h.Skew == caddy.Duration(90e9) &&
+				h.Audience.Template == "aud:{partition}" && h.Skew != nil && *h.Skew == caddy.Duration(90e9) &&
 				h.Store.Backend == "sqlite" && h.Store.Path == "/var/lib/sync.db" && h.Untokened == "reject" &&
 				h.StoreTimeout == caddy.Duration(2e9) && h.MaxTokenLength == 2048
 		}},
@@ -126,7 +126,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 }
 
 // TestCaddyfileAdapt compares Caddyfile → JSON adaptation with golden
-// files (input, a line of dashes, expected JSON). -update rewrites them.
+// files (input, a line of dashes, expected JSON, or "ERROR: <text the
+// adapt error must contain>"). -update rewrites the JSON ones.
 func TestCaddyfileAdapt(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "caddyfile_adapt", "*.caddyfiletest"))
 	if err != nil || len(files) == 0 {
@@ -144,6 +145,14 @@ func TestCaddyfileAdapt(t *testing.T) {
 				t.Fatalf("%s: no ---------- separator", f)
 			}
 			out, warnings, err := adapter.Adapt([]byte(in), nil)
+			if wantErr, ok := strings.CutPrefix(want, "ERROR: "); ok {
+				// A refusal: the error must contain the rest of the line.
+				wantErr = strings.TrimSpace(wantErr)
+				if err == nil || !strings.Contains(err.Error(), wantErr) {
+					t.Fatalf("adapt error %v, want it to contain %q", err, wantErr)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatalf("adapt: %v", err)
 			}
@@ -168,58 +177,116 @@ func TestCaddyfileAdapt(t *testing.T) {
 	}
 }
 
-// TestTemplateSurvivesAdapt: the audience template reaches the handler
-// unchanged; Caddyfile shorthands ({host}, {query.x}) are not applied.
-func TestTemplateSurvivesAdapt(t *testing.T) {
-	templates := []string{"aud:{partition}", "{partition}@{host}", "t/{query.x}/{partition}", "{partition}{header.X-Y}{labels.1}"}
-	// Every shorthand Caddy v2.11 rewrites must come back unchanged.
-	for _, sh := range []string{"{host}", "{hostport}", "{port}", "{orig_method}", "{orig_uri}", "{orig_path}", "{orig_dir}",
-		"{orig_file}", "{orig_query}", "{orig_?query}", "{method}", "{uri}", "{%uri}", "{path}", "{%path}", "{dir}", "{file}",
-		"{query}", "{%query}", "{?query}", "{remote}", "{remote_host}", "{remote_port}", "{scheme}", "{uuid}", "{tls_cipher}",
-		"{tls_version}", "{tls_client_fingerprint}", "{tls_client_issuer}", "{tls_client_serial}", "{tls_client_subject}",
-		"{tls_client_certificate_pem}", "{tls_client_certificate_der_base64}", "{upstream_hostport}", "{client_ip}",
-		"{header.a}", "{cookie.b}", "{labels.0}", "{path.x}", "{file.y}", "{query.z}", "{re.n.1}", "{vars.v}", "{rp.a.b}",
-		"{resp.c}", "{err.d}", "{file_match.e}", "{env.HOME}"} {
-		templates = append(templates, "{partition}/"+sh)
+// adaptTemplate adapts a Caddyfile whose handler has audience template
+// tmpl through Caddy's real Caddyfile adapter, and returns the template
+// the handler's JSON carries.
+func adaptTemplate(t *testing.T, tmpl string) (string, error) {
+	t.Helper()
+	in := ":8080 {\n\tsyncular_segments {\n\t\tkey k\n\t\taudience template " + tmpl + "\n\t\tstore sqlite db\n\t}\n}\n"
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(in), nil)
+	if err != nil {
+		return "", err
 	}
-	for _, tmpl := range templates {
-		in := ":8080 {\n\tsyncular_segments {\n\t\tkey k\n\t\taudience template " + tmpl + "\n\t\tstore sqlite db\n\t}\n}\n"
-		out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(in), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var cfg struct {
-			Apps struct {
-				HTTP struct {
-					Servers map[string]struct {
-						Routes []struct {
-							Handle []struct {
-								Handler  string `json:"handler"`
-								Audience *AudienceConfig
-								Routes   []struct {
-									Handle []json.RawMessage `json:"handle"`
-								} `json:"routes"`
-							} `json:"handle"`
-						} `json:"routes"`
-					} `json:"servers"`
-				} `json:"http"`
-			} `json:"apps"`
-		}
-		if err := json.Unmarshal(out, &cfg); err != nil {
-			t.Fatal(err)
-		}
-		found := ""
-		for _, s := range cfg.Apps.HTTP.Servers {
-			for _, r := range s.Routes {
-				for _, hd := range r.Handle {
-					if hd.Handler == "syncular_segments" && hd.Audience != nil {
-						found = hd.Audience.Template
-					}
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Routes []struct {
+						Handle []struct {
+							Handler  string `json:"handler"`
+							Audience *AudienceConfig
+						} `json:"handle"`
+					} `json:"routes"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cfg.Apps.HTTP.Servers {
+		for _, r := range s.Routes {
+			for _, hd := range r.Handle {
+				if hd.Handler == "syncular_segments" && hd.Audience != nil {
+					return hd.Audience.Template, nil
 				}
 			}
 		}
-		if found != tmpl {
-			t.Fatalf("template %q arrived as %q:\n%s", tmpl, found, out)
+	}
+	t.Fatalf("no syncular_segments handler with an audience in:\n%s", out)
+	return "", nil
+}
+
+// TestTemplateSurvivesAdapt: a template whose braces are {partition} and
+// text that is no Caddy shorthand reaches the handler exactly as written,
+// quoted or not; {env.*} is not expanded either (only {$VAR} is, by Caddy
+// at parse time, as everywhere in a Caddyfile).
+func TestTemplateSurvivesAdapt(t *testing.T) {
+	for _, c := range []struct{ written, want string }{
+		{"aud:{partition}", "aud:{partition}"},
+		{"{partition}", "{partition}"},
+		{"tenant/{partition}/v1", "tenant/{partition}/v1"},
+		{"{partition}-{tenant}", "{partition}-{tenant}"},
+		{"{partition}/{env.HOME}", "{partition}/{env.HOME}"},
+		{"{partition}/{http.custom}", "{partition}/{http.custom}"},
+		{"{partition}/{host.x}", "{partition}/{host.x}"},
+		{"{partition}/{header.a.b}", "{partition}/{header.a.b}"},
+		{`"aud: {partition}"`, "aud: {partition}"},
+		{"`aud:{partition}`", "aud:{partition}"},
+	} {
+		got, err := adaptTemplate(t, c.written)
+		if err != nil {
+			t.Fatalf("%s: %v", c.written, err)
+		}
+		if got != c.want {
+			t.Errorf("template %s arrived as %q, want %q", c.written, got, c.want)
+		}
+	}
+}
+
+// TestTemplateRewrittenFormsRefused: Caddy rewrites every placeholder
+// shorthand into its long form in every token (quoted too) before the
+// directive runs, so {host} and {http.request.host} arrive identical. Each
+// shorthand of Caddy v2.11 and each long form is refused at adapt time,
+// at file:line, with a message naming both forms and the way out.
+func TestTemplateRewrittenFormsRefused(t *testing.T) {
+	pairs := [][2]string{} // written, the long form the error must name
+	for _, p := range shorthandLong {
+		pairs = append(pairs, [2]string{p[1], p[0]}, [2]string{p[0], p[0]})
+	}
+	for _, p := range [][2]string{
+		{"{header.X-Y}", "{http.request.header.X-Y}"}, {"{cookie.b}", "{http.request.cookie.b}"},
+		{"{labels.0}", "{http.request.host.labels.0}"}, {"{path.x}", "{http.request.uri.path.x}"},
+		{"{path.dir}", "{http.request.uri.path.dir}"}, {"{file.y}", "{http.request.uri.path.file.y}"},
+		{"{query.z}", "{http.request.uri.query.z}"}, {"{re.n.1}", "{http.regexp.n.1}"},
+		{"{vars.v}", "{http.vars.v}"}, {"{rp.a.b}", "{http.reverse_proxy.a.b}"},
+		{"{resp.c}", "{http.intercept.c}"}, {"{err.d}", "{http.error.d}"},
+		{"{file_match.e}", "{http.matchers.file.e}"},
+	} {
+		pairs = append(pairs, p, [2]string{p[1], p[1]})
+	}
+	// The table is Caddy's own rewrite: each shorthand becomes its long
+	// form, and a long form stays as it is.
+	rw := httpcaddyfile.NewShorthandReplacer()
+	for _, p := range pairs {
+		seg := caddyfile.Segment{{Text: p[0]}}
+		rw.ApplyToSegment(&seg)
+		if seg[0].Text != p[1] {
+			t.Errorf("Caddy rewrites %s to %s, the table says %s", p[0], seg[0].Text, p[1])
+		}
+	}
+	for _, p := range pairs {
+		for _, tmpl := range []string{"aud:" + p[0] + ":{partition}", "`{partition}" + p[0] + "`", `"{partition} ` + p[0] + `"`} {
+			got, err := adaptTemplate(t, tmpl)
+			if err == nil {
+				t.Errorf("template %s adapted (as %q); want it refused", tmpl, got)
+				continue
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "audience template: "+p[1]+" cannot be carried through a Caddyfile") ||
+				!strings.Contains(msg, "JSON config") || !strings.Contains(msg, "Caddyfile:4") {
+				t.Errorf("template %s: error %q", tmpl, msg)
+			}
 		}
 	}
 }

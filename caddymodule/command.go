@@ -30,7 +30,9 @@ scope or audience mismatch) and which key slot verified it.
 
 Keys take the config's forms: hex:<hex>, base64:<b64>, plain UTF-8 text,
 and env:NAME (or {env.NAME}) to read an environment variable. Prefer env:
-so secrets stay out of shell history; the tool never prints a key.`,
+so secrets stay out of shell history; the tool never prints a key. mint
+refuses the keys the edge refuses (under 16 bytes, or all zero bytes);
+inspect accepts any key, with a note when the edge would refuse it.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			cmd.AddCommand(mintCommand(), inspectCommand())
 		},
@@ -63,9 +65,14 @@ func mintCommand() *cobra.Command {
 func runMint(cmd *cobra.Command, _ []string) error {
 	f := cmd.Flags()
 	get := func(name string) string { v, _ := f.GetString(name); return v }
+	// Mint refuses keys the edge refuses: a token minted with one could
+	// never be verified by a provisioned edge.
 	key, err := flagSecret("--key", get("key"))
 	if err != nil {
 		return err
+	}
+	if err := checkKeyStrength(key); err != nil {
+		return fmt.Errorf("--key %v", err)
 	}
 	seg, sd := get("segment"), get("scope-digest")
 	if !store.ValidSegmentID(seg) {
@@ -118,6 +125,9 @@ func mintAudience(aud, partition, tmpl, hmacKey, encoding string) (string, error
 	k, err := flagSecret("--audience-hmac-key", hmacKey)
 	if err != nil {
 		return "", err
+	}
+	if err := checkKeyStrength(k); err != nil {
+		return "", fmt.Errorf("--audience-hmac-key %v", err)
 	}
 	rule, err := presign.HMACAudience(k, encoding)
 	if err != nil {
@@ -175,6 +185,11 @@ func runInspect(cmd *cobra.Command, args []string) error {
 		kb, err := flagSecret(fmt.Sprintf("--key %d", i+1), k)
 		if err != nil {
 			return err
+		}
+		// Inspect diagnoses any key (it grants nothing), but says when
+		// the edge would refuse to start with it.
+		if err := checkKeyStrength(kb); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: --key %d %v; the edge refuses such a key at provision\n", i+1, err)
 		}
 		opts.Keys = append(opts.Keys, kb)
 	}
@@ -240,7 +255,9 @@ func optionsFromConfig(opts *presign.InspectOptions, path, adapterName, partitio
 			return errors.New("--config: the handler lists no key")
 		}
 		for i, k := range h.Keys {
-			kb, err := secret(repl, k, fmt.Sprintf("key %d", i+1))
+			// As given: inspect also diagnoses a config the edge would
+			// refuse for a weak key (caddy validate reports that).
+			kb, err := secret(repl, k, fmt.Sprintf("key %d", i+1), true)
 			if err != nil {
 				return err
 			}
@@ -248,7 +265,7 @@ func optionsFromConfig(opts *presign.InspectOptions, path, adapterName, partitio
 		}
 	}
 	if !skewSet {
-		opts.Skew = time.Duration(h.Skew)
+		opts.Skew = h.skew
 	}
 	if !maxSet {
 		opts.MaxLen = h.MaxTokenLength
@@ -257,7 +274,7 @@ func optionsFromConfig(opts *presign.InspectOptions, path, adapterName, partitio
 		if opts.Audience != "" {
 			return errors.New("give --audience or --partition, not both")
 		}
-		rule, err := h.Audience.build(repl)
+		rule, err := h.Audience.build(repl, true)
 		if err != nil {
 			return err
 		}

@@ -110,7 +110,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	untilMs := res.UntilMs
 	// The grant never outlives the token's acceptance (exp + skew).
-	if end := tokenEndMs(claims.Exp, time.Duration(h.Skew)); end < untilMs {
+	if end := tokenEndMs(claims.Exp, h.skew); end < untilMs {
 		untilMs = end
 	}
 	g := grant{segID: segID, rec: rec, now: now, untilMs: untilMs, slot: slot}

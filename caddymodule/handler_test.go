@@ -112,7 +112,7 @@ func (f *fakeStore) counts() (int, int) {
 }
 
 var (
-	testKey = []byte("edge-test-key-1")
+	testKey = []byte("edge-test-key-1/0123456789abcdef") // 32 bytes
 	testNow = time.UnixMilli(1_750_000_000_000)
 	digestA = strings.Repeat("a", 64)
 	digestB = strings.Repeat("b", 64)
@@ -482,12 +482,13 @@ func TestStoreFaults(t *testing.T) {
 func TestKeyRotation(t *testing.T) {
 	fs := newFakeStore()
 	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
-	h := newTestHandler(t, fs, func(h *Handler) { h.Keys = []string{"new-key", "hex:" + hex.EncodeToString(testKey)} })
+	h := newTestHandler(t, fs, func(h *Handler) { h.Keys = []string{strongKey2, "hex:" + hex.EncodeToString(testKey)} })
 	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token(id, digestA, "aud:p1", testNow.Add(time.Minute)), nil)
 	if rec.Code != 200 {
 		t.Fatalf("old key not accepted during rotation: %d", rec.Code)
 	}
-	tok := presign.Sign([]byte("new-key"), id, digestA, "aud:p1", testNow.Add(time.Minute).Unix())
+	newKey, _ := presign.ParseKey(strongKey2)
+	tok := presign.Sign(newKey, id, digestA, "aud:p1", testNow.Add(time.Minute).Unix())
 	rec, _ = serve(t, h, "GET", "/segments/"+id+"?st="+tok, nil)
 	if rec.Code != 200 {
 		t.Fatalf("new key not accepted: %d", rec.Code)

@@ -43,7 +43,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	fs := newFakeStore()
 	body := []byte("SSG2 metrics segment body")
 	id := fs.add(body, store.Publication{Partition: "p1", ScopeDigest: digestA, ExpiresAtMs: testNow.UnixMilli() + 3600_000})
-	old := []byte("edge-old-key")
+	old := []byte("edge-old-key/0123456789abcdef")
 	h := newTestHandler(t, fs, func(h *Handler) { h.Keys = []string{string(testKey), string(old)} })
 	h.metrics = newHandlerMetrics(moduleCollectors(), "sqlite", h.Delivery, len(h.Keys))
 	core, logs := observer.New(zapcore.DebugLevel)

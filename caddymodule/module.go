@@ -40,14 +40,20 @@ type Handler struct {
 	// verifies (rotation). A key is UTF-8 text, or raw bytes written
 	// "hex:<hex>" or "base64:<base64>". Placeholders such as
 	// {env.SYNCULAR_KEY} or {file./run/secrets/key} are expanded once at
-	// provision time. Required.
+	// provision time; every placeholder must resolve to a non-empty value
+	// (a literal brace is written \{). A key must have at least 16 bytes
+	// of key material and not be all zero bytes: generate 32 random
+	// bytes, e.g. `openssl rand -hex 32`, and write them hex:<64 digits>.
+	// Required.
 	Keys []string `json:"keys,omitempty"`
 
 	// How the audience of a partition is derived. Required.
 	Audience *AudienceConfig `json:"audience,omitempty"`
 
-	// Clock skew tolerated on the token's exp. Default: 60s.
-	Skew caddy.Duration `json:"skew,omitempty"`
+	// Clock skew tolerated on the token's exp: a token is accepted until
+	// exp + skew. Absent: 60s (the reference default). 0 is zero skew (a
+	// token is refused the moment its exp has passed), not the default.
+	Skew *caddy.Duration `json:"skew,omitempty"`
 
 	// Where segments are read. Required.
 	Store *StoreConfig `json:"store,omitempty"`
@@ -73,16 +79,20 @@ type Handler struct {
 	// with "redirect" delivery. Default: "stream".
 	LegacyHeaders string `json:"legacy_headers,omitempty"`
 
-	// Longest life of a presigned redirect URL. Default: 60s. The URL
-	// never outlives the token or the publication either.
+	// Longest life of a presigned redirect URL, whole seconds from 1s to
+	// 7 days. Absent or 0: 60s (a URL cannot live 0 s, so 0 in JSON is
+	// "unset"; the Caddyfile refuses an explicit 0). The URL never
+	// outlives the token or the publication either.
 	PresignTTL caddy.Duration `json:"presign_ttl,omitempty"`
 
 	// Bound on one store operation (a lookup, or opening the bytes).
-	// Default: 5s. A store slower than this is answered 504.
+	// Absent or 0: 5s (a store cannot answer in no time, so 0 in JSON is
+	// "unset"; the Caddyfile refuses an explicit 0). A store slower than
+	// this is answered 504.
 	StoreTimeout caddy.Duration `json:"store_timeout,omitempty"`
 
-	// Tokens longer than this are refused before any crypto.
-	// Default: 4096 bytes.
+	// Tokens longer than this are refused before any crypto. Absent or 0:
+	// 4096 bytes (0 in JSON is "unset"; the Caddyfile refuses 0).
 	MaxTokenLength int `json:"max_token_length,omitempty"`
 
 	// Turns off the caddy_syncular_* Prometheus metrics of this handler.
@@ -102,6 +112,7 @@ type Handler struct {
 	// coalescing (see CacheConfig for every default). Default: on.
 	Cache *CacheConfig `json:"cache,omitempty"`
 
+	skew      time.Duration // Skew resolved (default applied)
 	verifier  *presign.Verifier
 	presigner *presign.S3Presigner
 	audience  presign.Audience
@@ -110,6 +121,9 @@ type Handler struct {
 	life      *lifetime // releases the store after the last in-flight request
 	logger    *zap.Logger
 	now       func() time.Time
+	// weakKeysOK lets tests use the protocol vectors' short keys; no
+	// configuration sets it.
+	weakKeysOK bool
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
@@ -126,7 +140,8 @@ type AudienceConfig struct {
 	// For "template": the text, "{partition}" replaced by the partition
 	// id with plain string replacement (never a Caddy placeholder).
 	Template string `json:"template,omitempty"`
-	// For "hmac_sha256": the key (placeholders expanded at provision).
+	// For "hmac_sha256": the key (placeholders expanded at provision;
+	// the same rules as keys: at least 16 bytes, not all zero).
 	Key string `json:"key,omitempty"`
 	// For "hmac_sha256": "hex" (default) or "base64url".
 	Encoding string `json:"encoding,omitempty"`
@@ -219,8 +234,9 @@ func (h *Handler) setDefaults() error {
 	if h.now == nil {
 		h.now = time.Now
 	}
-	if h.Skew == 0 {
-		h.Skew = caddy.Duration(presign.DefaultSkew)
+	h.skew = presign.DefaultSkew
+	if h.Skew != nil {
+		h.skew = time.Duration(*h.Skew)
 	}
 	if h.PresignTTL == 0 {
 		h.PresignTTL = caddy.Duration(60 * time.Second)
@@ -240,7 +256,7 @@ func (h *Handler) setDefaults() error {
 			h.Delivery = DeliveryRedirect
 		}
 	}
-	if h.Skew < 0 || h.PresignTTL < 0 || h.StoreTimeout < 0 || h.MaxTokenLength < 0 {
+	if h.skew < 0 || h.PresignTTL < 0 || h.StoreTimeout < 0 || h.MaxTokenLength < 0 {
 		return errors.New("syncular_segments: skew, presign_ttl, store_timeout and max_token_length must not be negative")
 	}
 	return nil
@@ -253,14 +269,14 @@ func (h *Handler) buildAuth(repl *caddy.Replacer) error {
 	}
 	keys := make([][]byte, 0, len(h.Keys))
 	for i, k := range h.Keys {
-		kb, err := secret(repl, k, fmt.Sprintf("key %d", i+1))
+		kb, err := secret(repl, k, fmt.Sprintf("key %d", i+1), h.weakKeysOK)
 		if err != nil {
 			return err
 		}
 		keys = append(keys, kb)
 	}
-	h.verifier = presign.NewVerifier(keys, time.Duration(h.Skew), h.MaxTokenLength)
-	aud, err := h.Audience.build(repl)
+	h.verifier = presign.NewVerifier(keys, h.skew, h.MaxTokenLength)
+	aud, err := h.Audience.build(repl, h.weakKeysOK)
 	if err != nil {
 		return err
 	}
@@ -292,10 +308,18 @@ func (h *Handler) provisionSQLite() error {
 	return nil
 }
 
+// MinKeyBytes is the least key material a configured HMAC key (token or
+// audience) may have.
+const MinKeyBytes = 16
+
 // secret expands global placeholders ({env.*}, {file.*}) in a configured
-// secret and decodes it. Errors name the setting, never the value.
-func secret(repl *caddy.Replacer, raw, what string) ([]byte, error) {
-	v := repl.ReplaceKnown(raw, "")
+// secret, decodes it and refuses weak key material (unless weakOK, tests
+// only). Errors name the setting, never the value.
+func secret(repl *caddy.Replacer, raw, what string, weakOK bool) ([]byte, error) {
+	v, err := expandSecret(repl, raw, what)
+	if err != nil {
+		return nil, err
+	}
 	if v == "" {
 		return nil, fmt.Errorf("syncular_segments: %s is empty (check the placeholder or environment variable it names)", what)
 	}
@@ -306,10 +330,66 @@ func secret(repl *caddy.Replacer, raw, what string) ([]byte, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("syncular_segments: %s is empty", what)
 	}
+	if weakOK {
+		return b, nil
+	}
+	if err := checkKeyStrength(b); err != nil {
+		return nil, fmt.Errorf("syncular_segments: %s %v", what, err)
+	}
 	return b, nil
 }
 
-func (a *AudienceConfig) build(repl *caddy.Replacer) (presign.Audience, error) {
+// expandSecret replaces every placeholder of raw, and refuses one that
+// does not resolve to a non-empty value: `{env.MISSING}x` would otherwise
+// become the key "x". An unknown placeholder is not named (it may be part
+// of a literal secret).
+func expandSecret(repl *caddy.Replacer, raw, what string) (string, error) {
+	var bad error
+	v, err := repl.ReplaceFunc(raw, func(name string, val any) (any, error) {
+		if caddy.ToString(val) != "" {
+			return val, nil
+		}
+		switch {
+		case strings.HasPrefix(name, "env."):
+			bad = fmt.Errorf("syncular_segments: %s: environment variable %s is unset or empty", what, strings.TrimPrefix(name, "env."))
+		case strings.HasPrefix(name, "file."):
+			bad = fmt.Errorf("syncular_segments: %s: file %s is missing, unreadable or empty", what, strings.TrimPrefix(name, "file."))
+		default:
+			bad = fmt.Errorf("syncular_segments: %s has a placeholder that is not known at provision (only {env.*} and {file.*} are expanded; write a literal brace as \\{)", what)
+		}
+		return nil, bad
+	})
+	if bad != nil {
+		return "", bad
+	}
+	if err != nil {
+		return "", fmt.Errorf("syncular_segments: %s: malformed placeholder", what)
+	}
+	return v, nil
+}
+
+// checkKeyStrength refuses key material an attacker could guess: under
+// MinKeyBytes bytes, or all zero bytes (hex:00 is the empty HMAC key in
+// disguise: HMAC pads keys with zeros). The error never shows the key.
+func checkKeyStrength(b []byte) error {
+	const how = "use 32 random bytes, e.g. `openssl rand -hex 32`, written hex:<64 hex digits>"
+	if len(b) < MinKeyBytes {
+		return fmt.Errorf("is too short: at least %d bytes of key material are required (%s)", MinKeyBytes, how)
+	}
+	zero := true
+	for _, c := range b {
+		if c != 0 {
+			zero = false
+			break
+		}
+	}
+	if zero {
+		return fmt.Errorf("is all zero bytes (%s)", how)
+	}
+	return nil
+}
+
+func (a *AudienceConfig) build(repl *caddy.Replacer, weakOK bool) (presign.Audience, error) {
 	if a == nil {
 		return nil, errors.New("syncular_segments: an audience rule is required (audience template <text> or audience hmac_sha256 <key>)")
 	}
@@ -323,7 +403,7 @@ func (a *AudienceConfig) build(repl *caddy.Replacer) (presign.Audience, error) {
 		}
 		return presign.TemplateAudience(a.Template), nil
 	case "hmac_sha256":
-		key, err := secret(repl, a.Key, "audience hmac_sha256 key")
+		key, err := secret(repl, a.Key, "audience hmac_sha256 key", weakOK)
 		if err != nil {
 			return nil, err
 		}

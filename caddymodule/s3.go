@@ -102,12 +102,19 @@ func (h *Handler) validateLegacyHeaders() error {
 }
 
 // redirect answers 302 with a presigned GET of the segment's object that
-// lives no longer than the grant.
+// expires strictly before the grant ends. In the grant's last second or
+// two no such URL can still be valid now (SigV4 counts whole seconds):
+// the grant is live, so the edge streams the bytes itself, as in proxy
+// delivery, rather than hand out a URL that outlives the grant.
 func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *decision) error {
 	start := time.Now()
 	u, expires, err := h.presignURL(r.Context(), g)
 	d.presign = time.Since(start)
 	h.metrics.storeOp(opPresign, d.presign)
+	if errors.Is(err, presign.ErrS3GrantTooShort) || errors.Is(err, presign.ErrS3GrantEnded) {
+		setPlaceholder(r, "delivery", DeliveryProxy)
+		return h.serve(w, r, g, d)
+	}
 	if err != nil {
 		h.storeFault(w, r, g.segID, "presign", err)
 		return nil

@@ -175,9 +175,12 @@ func TestS3(t *testing.T) {
 	})
 
 	t.Run("redirect never outlives the token", func(t *testing.T) {
-		// A token accepted inside the skew window has about a second left:
-		// the URL must die with it, and the bucket must refuse it after.
-		tokExp := time.Now().Add(-59 * time.Second)
+		// A token accepted inside the skew window with about 2.x s left:
+		// the URL must expire strictly before the grant does (the bucket
+		// still accepts a URL at X-Amz-Date+X-Amz-Expires itself), and the
+		// bucket must refuse it after.
+		startOfSecond(t)
+		tokExp := time.Now().Add(-57 * time.Second)
 		tok := mint(singleID, dA, "p1", tokExp)
 		r := do(t, "GET", c.Base+"/r/segments/"+singleID+"?st="+tok, nil)
 		if r.Status != 302 {
@@ -190,17 +193,28 @@ func TestS3(t *testing.T) {
 		if err != nil || err2 != nil {
 			t.Fatalf("Location lacks X-Amz-Date/Expires: %s", loc)
 		}
-		// The grant ends at exp + 60 s skew; SigV4's 1 s minimum may add
-		// at most one second.
+		// The grant ends at exp + 60 s skew.
 		urlEnd, grantEnd := signed.Add(time.Duration(secs)*time.Second), time.Unix(tokExp.Unix()+60, 0)
-		if urlEnd.After(grantEnd.Add(time.Second)) {
+		if !urlEnd.Before(grantEnd) {
 			t.Fatalf("URL valid until %v, grant ends %v", urlEnd, grantEnd)
 		}
-		time.Sleep(3 * time.Second)
+		time.Sleep(time.Until(grantEnd) + 1500*time.Millisecond)
 		got := do(t, "GET", loc.String(), nil)
 		if got.Status != 403 {
 			t.Fatalf("expired presigned URL answered %d", got.Status)
 		}
+	})
+
+	t.Run("grant's last second is streamed, not redirected", func(t *testing.T) {
+		// Under a second left: no whole-second URL can be valid now and
+		// expire before the grant, so the edge streams the bytes.
+		startOfSecond(t)
+		tok := mint(singleID, dA, "p1", time.Now().Add(-59*time.Second))
+		r := do(t, "GET", c.Base+"/r/segments/"+singleID+"?st="+tok, nil)
+		if r.Status != 200 || r.Header.Get("Location") != "" || !bytes.Equal(r.Body, single) {
+			t.Fatalf("status %d, Location %q, %d bytes; want the segment streamed", r.Status, r.Header.Get("Location"), len(r.Body))
+		}
+		noAmz(t, r)
 	})
 
 	t.Run("proxy", func(t *testing.T) {
@@ -367,4 +381,13 @@ func referenceObjects(t *testing.T) []refObject {
 		out = append(out, refObject{id: rec.SegmentID, digest: rec.ScopeDigest, partition: rec.Partition, header: h, json: string(js), body: body})
 	}
 	return out
+}
+
+// startOfSecond waits until just past the start of a wall-clock second, so
+// that a test deriving a grant end from whole-second token times has the
+// rest of that second to make its request.
+func startOfSecond(t *testing.T) {
+	t.Helper()
+	now := time.Now()
+	time.Sleep(now.Truncate(time.Second).Add(time.Second + 50*time.Millisecond).Sub(now))
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/syncular/caddy-syncular/presign"
 )
@@ -152,11 +153,22 @@ func TestTokenTool(t *testing.T) {
 		{[]string{"mint", "--key", "env:T_NEW", "--segment", "sha256:nothex", "--scope-digest", sd, "--audience", "a"}, "--segment must be sha256:"},
 		{[]string{"mint", "--key", "env:T_NEW", "--segment", id, "--scope-digest", sd, "--partition", "p", "--audience-template", "x"}, "must contain {partition}"},
 		{[]string{"inspect", url, "--key", "hex:zz"}, `"hex:" prefix is not valid hex`},
+		// mint refuses the keys the edge refuses at provision.
+		{[]string{"mint", "--key", "hex:00", "--segment", id, "--scope-digest", sd, "--audience", "a"}, "--key is too short: at least 16 bytes"},
+		{[]string{"mint", "--key", "hex:" + strings.Repeat("00", 32), "--segment", id, "--scope-digest", sd, "--audience", "a"}, "--key is all zero bytes"},
+		{[]string{"mint", "--key", "env:T_NEW", "--segment", id, "--scope-digest", sd, "--partition", "p", "--audience-hmac-key", "z"}, "--audience-hmac-key is too short"},
 	} {
 		_, errOut, code := run(tc.args...)
 		if code == 0 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want %q", tc.args, code, errOut, tc.want)
 		}
+	}
+	// inspect diagnoses a token made with a weak key (it grants nothing),
+	// and says the edge would refuse that key.
+	weak := presign.Sign([]byte("a"), id, sd, "a", time.Now().Unix()+60)
+	out, errOut, code = run("inspect", weak, "--key", "a", "--segment", id)
+	if code != 0 || !strings.Contains(out, "verified by key 1") || !strings.Contains(errOut, "the edge refuses such a key") {
+		t.Errorf("inspect with a weak key: exit %d\n%s%s", code, out, errOut)
 	}
 }
 

@@ -193,7 +193,7 @@ http://127.0.0.1:{{PORT}} {
 }
 `
 	}
-	c := startCaddy(t, site("segs", ""), "SEG_KEY=reload-key", "S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey)
+	c := startCaddy(t, site("segs", ""), "SEG_KEY="+randKey(t), "S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey)
 	err := c.Reload(site("no-such-bucket", ""))
 	if err == nil || !strings.Contains(err.Error(), "unreachable at start") {
 		t.Fatalf("reload to an unreachable bucket: %v", err)

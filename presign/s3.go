@@ -30,6 +30,11 @@ const (
 // no grant left to hand out a URL for.
 var ErrS3GrantEnded = errors.New("presign: s3: grant already ended")
 
+// ErrS3GrantTooShort is returned when the grant ends so soon that no
+// presigned URL (whole seconds, SigV4) can be valid now and expire before
+// the grant does. The grant itself is still live: serve the bytes.
+var ErrS3GrantTooShort = errors.New("presign: s3: grant ends too soon for a presigned URL")
+
 // S3PresignOptions configures an S3Presigner.
 type S3PresignOptions struct {
 	// TTL is the longest a URL may stay valid after the request it answers
@@ -166,21 +171,27 @@ func (p *S3Presigner) TTL() time.Duration { return time.Duration(p.ttl) * time.S
 // Window is the configured signing window.
 func (p *S3Presigner) Window() time.Duration { return time.Duration(p.window) * time.Second }
 
-// URL returns a presigned GET of segmentID's object valid until expiresAt,
-// which is never after notAfter nor after now+TTL, except that a grant
-// ending within the current second still gets the shortest URL SigV4
-// allows (1 s). notAfter not after now is ErrS3GrantEnded.
+// URL returns a presigned GET of segmentID's object that expires strictly
+// before notAfter and no later than now+TTL. notAfter not after now is
+// ErrS3GrantEnded; a grant too close to its end for any URL to fit is
+// ErrS3GrantTooShort (the caller serves the bytes itself instead).
 //
 // With W the window, T the TTL (whole seconds) and times in seconds:
 //
 //	start   = floor(now/W)*W                 (≤ now: X-Amz-Date)
-//	expires = min(T, floor(notAfter-start))  (X-Amz-Expires)
-//	start+expires ≤ now+T (as start ≤ now) and ≤ notAfter
+//	end     = ceil(notAfter) - 1             (the last whole second < notAfter)
+//	expires = min(T, end-start)              (X-Amz-Expires)
+//	start+expires ≤ now+T (as start ≤ now) and < notAfter
 //
-// If start+expires ≤ now (the grant ends before that URL would be of any
-// use, e.g. notAfter within the current second), the URL is signed at
-// floor(now) with expires = 1 instead. URLs are cached per (segment, start,
-// expires): every call in a window with the same bound gets the same URL.
+// The URL's end is strictly before notAfter because stores count a
+// presigned URL valid up to and including date+expires (versitygw rejects
+// only when date+expires is before its clock): a URL ending exactly at
+// notAfter would still fetch at the instant the grant is over. When end is
+// not after now, no whole-second URL is both still valid at now and over
+// before the grant: that is ErrS3GrantTooShort (at most the last second of
+// a grant, or the last two when it ends on a whole second). URLs are
+// cached per (segment, start, expires): every call in a window with the
+// same bound gets the same URL.
 func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
 	if !s3ValidID(segmentID) {
 		return "", time.Time{}, errors.New("presign: s3: malformed segment id")
@@ -188,7 +199,10 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 	if !notAfter.After(now) {
 		return "", time.Time{}, ErrS3GrantEnded
 	}
-	k, aligned, nowNs := p.key(segmentID, now, notAfter)
+	k, aligned, nowNs, ok := p.key(segmentID, now, notAfter)
+	if !ok {
+		return "", time.Time{}, ErrS3GrantTooShort
+	}
 	sh := &p.shards[s3HexVal(segmentID[7])]
 
 	sh.mu.RLock()
@@ -229,7 +243,10 @@ func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url 
 	if !s3ValidID(segmentID) || !notAfter.After(now) {
 		return "", time.Time{}, false
 	}
-	k, _, nowNs := p.key(segmentID, now, notAfter)
+	k, _, nowNs, fits := p.key(segmentID, now, notAfter)
+	if !fits {
+		return "", time.Time{}, false
+	}
 	sh := &p.shards[s3HexVal(segmentID[7])]
 	sh.mu.RLock()
 	e, hit := sh.m[k]
@@ -242,8 +259,8 @@ func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url 
 
 // key is the cache key of a request at now for a grant ending at notAfter
 // (the signing start and expires described at URL), the window start, and
-// now in nanoseconds.
-func (p *S3Presigner) key(segmentID string, now, notAfter time.Time) (k s3Key, aligned, nowNs int64) {
+// now in nanoseconds. ok is false when no URL fits (ErrS3GrantTooShort).
+func (p *S3Presigner) key(segmentID string, now, notAfter time.Time) (k s3Key, aligned, nowNs int64, ok bool) {
 	nowNs = now.UnixNano()
 	naNs := nowNs + (p.ttl+p.window+1)*1e9 // beyond any bound: no overflow for far-future grants
 	if d := notAfter.Sub(now); d < time.Duration(p.ttl+p.window+1)*time.Second {
@@ -251,15 +268,15 @@ func (p *S3Presigner) key(segmentID string, now, notAfter time.Time) (k s3Key, a
 	}
 	nowS := s3FloorDiv(nowNs, 1e9)
 	aligned = nowS - s3Mod(nowS, p.window)
-	start := aligned
-	expires := s3FloorDiv(naNs-start*1e9, 1e9)
+	end := s3FloorDiv(naNs-1, 1e9) // the last whole second strictly before notAfter
+	if end*1e9 <= nowNs {
+		return s3Key{}, aligned, nowNs, false
+	}
+	expires := end - aligned // ≥ 1: end > now ≥ aligned
 	if expires > p.ttl {
 		expires = p.ttl
 	}
-	if (start+expires)*1e9 <= nowNs {
-		start, expires = nowS, 1
-	}
-	return s3Key{id: segmentID, start: start, expires: expires}, aligned, nowNs
+	return s3Key{id: segmentID, start: aligned, expires: expires}, aligned, nowNs, true
 }
 
 // insert adds e under k; sh.mu is held. The first insert of a window drops

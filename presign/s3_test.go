@@ -156,10 +156,22 @@ func TestS3PresignBounds(t *testing.T) {
 		{name: "far grant, end of window", ttl: 60, now: 14.999, notAfter: 1e6, start: 0, exp: 60},
 		{name: "next window", ttl: 60, now: 15, notAfter: 1e6, start: 15, exp: 60},
 		{name: "grant ends first", ttl: 60, now: 7.3, notAfter: 30.5, start: 0, exp: 30},
-		{name: "grant ends on a second", ttl: 60, now: 7.3, notAfter: 8, start: 0, exp: 8},
-		{name: "grant ends within the second", ttl: 60, now: 7.3, notAfter: 7.9, start: 7, exp: 1},
-		{name: "grant ends 1ms after now", ttl: 60, now: 7.999, notAfter: 8.0, start: 0, exp: 8},
-		{name: "grant ends 1ms after now, mid second", ttl: 60, now: 7.5, notAfter: 7.501, start: 7, exp: 1},
+		// The URL ends strictly before notAfter (stores accept it at
+		// date+expires itself), and must still be valid after now.
+		{name: "grant ends on a second", ttl: 60, now: 7.3, notAfter: 9, start: 0, exp: 8},
+		{name: "grant ends on the next second", ttl: 60, now: 7.3, notAfter: 8, err: ErrS3GrantTooShort},
+		{name: "grant ends within the second", ttl: 60, now: 7.3, notAfter: 7.9, err: ErrS3GrantTooShort},
+		{name: "grant ends 1ms after now", ttl: 60, now: 7.999, notAfter: 8.0, err: ErrS3GrantTooShort},
+		{name: "grant ends 1ms after now, mid second", ttl: 60, now: 7.5, notAfter: 7.501, err: ErrS3GrantTooShort},
+		{name: "now on a second, +300ms", ttl: 60, now: 7, notAfter: 7.3, err: ErrS3GrantTooShort},
+		{name: "now on a second, +999ms", ttl: 60, now: 7, notAfter: 7.999, err: ErrS3GrantTooShort},
+		{name: "now on a second, +1000ms", ttl: 60, now: 7, notAfter: 8, err: ErrS3GrantTooShort},
+		{name: "now on a second, +1001ms", ttl: 60, now: 7, notAfter: 8.001, start: 0, exp: 8},
+		{name: "mid second, next second fits", ttl: 60, now: 7.5, notAfter: 8.4, start: 0, exp: 8},
+		{name: "at a window start, +1001ms", ttl: 60, now: 15, notAfter: 16.001, start: 15, exp: 1},
+		{name: "at a window start, +1000ms", ttl: 60, now: 15, notAfter: 16, err: ErrS3GrantTooShort},
+		{name: "window end, grant ends at next window", ttl: 60, now: 14.999, notAfter: 15, err: ErrS3GrantTooShort},
+		{name: "window end, grant ends after next window", ttl: 60, now: 14.5, notAfter: 15.001, start: 0, exp: 15},
 		{name: "grant ended at now", ttl: 60, now: 7.3, notAfter: 7.3, err: ErrS3GrantEnded},
 		{name: "grant ended before now", ttl: 60, now: 7.3, notAfter: 2, err: ErrS3GrantEnded},
 		{name: "ttl 1s", ttl: 1, now: 0.5, notAfter: 1e6, start: 0, exp: 1},
@@ -167,7 +179,9 @@ func TestS3PresignBounds(t *testing.T) {
 		{name: "window 60 of ttl 60", ttl: 60, window: 60, now: 59.9, notAfter: 1e6, start: 0, exp: 60},
 		{name: "window 60, grant ends before now+ttl", ttl: 60, window: 60, now: 59.9, notAfter: 70, start: 0, exp: 60},
 		{name: "window 60, short grant", ttl: 60, window: 60, now: 59.9, notAfter: 60.2, start: 0, exp: 60},
-		{name: "window 60, grant within second", ttl: 60, window: 60, now: 59.1, notAfter: 59.8, start: 59, exp: 1},
+		{name: "window 60, grant to the next second", ttl: 60, window: 60, now: 59.9, notAfter: 61.2, start: 0, exp: 60},
+		{name: "window 60, grant ends on the next second", ttl: 60, window: 60, now: 59.9, notAfter: 60, err: ErrS3GrantTooShort},
+		{name: "window 60, grant within second", ttl: 60, window: 60, now: 59.1, notAfter: 59.8, err: ErrS3GrantTooShort},
 		{name: "default ttl", now: 3, notAfter: 1e6, start: 0, exp: 60},
 		{name: "grant in year 9999", ttl: 60, now: 3, notAfter: -1, start: 0, exp: 60},
 	}
@@ -204,9 +218,8 @@ func TestS3PresignBounds(t *testing.T) {
 }
 
 // s3tCheckInvariants: the URL is signed no later than now, lives at least
-// 1 s, ends after now, and ends no later than now+TTL and notAfter unless
-// the grant ends within the current second (then it lives exactly 1 s from
-// floor(now)).
+// 1 s, is still valid after now, ends no later than now+TTL and strictly
+// before notAfter (a store accepts it at date+expires itself).
 func s3tCheckInvariants(t testing.TB, p *S3Presigner, now, notAfter time.Time, u s3tParsed) {
 	t.Helper()
 	end := u.date.Add(time.Duration(u.expires) * time.Second)
@@ -216,11 +229,8 @@ func s3tCheckInvariants(t testing.TB, p *S3Presigner, now, notAfter time.Time, u
 	if end.After(now.Add(p.TTL())) {
 		t.Fatalf("now %v: URL ends %v, after now+TTL", now, end)
 	}
-	if end.After(notAfter) {
-		floorNow := now.Truncate(time.Second)
-		if !u.date.Equal(floorNow) || u.expires != 1 || notAfter.Sub(now) >= time.Second {
-			t.Fatalf("now %v notAfter %v: URL ends %v (date %v, expires %d)", now, notAfter, end, u.date, u.expires)
-		}
+	if !end.Before(notAfter) {
+		t.Fatalf("now %v notAfter %v: URL ends %v (date %v, expires %d), not before the grant", now, notAfter, end, u.date, u.expires)
 	}
 }
 
@@ -242,6 +252,18 @@ func TestS3PresignBoundsRandom(t *testing.T) {
 			notAfter = now.Add(24 * time.Hour)
 		}
 		raw, _, err := p.URL(context.Background(), s3tSeg, now, notAfter)
+		// Too short exactly when no whole second lies strictly between
+		// now and notAfter.
+		last := notAfter.Add(-1).Truncate(time.Second) // last whole second < notAfter
+		if fits := last.After(now); !fits {
+			if !errors.Is(err, ErrS3GrantTooShort) {
+				t.Fatalf("now %v notAfter %v: URL %q, %v; want ErrS3GrantTooShort", now, notAfter, raw, err)
+			}
+			if _, _, ok := p.CachedURL(s3tSeg, now, notAfter); ok {
+				t.Fatal("CachedURL answered a grant too short for a URL")
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -319,7 +341,7 @@ func TestS3PresignCache(t *testing.T) {
 		t.Error("another segment, same URL")
 	}
 	// A bound shorter than the TTL is another entry with its own expiry.
-	if b := url(s3tSeg, 1, 40); b == a || s3tParse(t, b).expires != 40 {
+	if b := url(s3tSeg, 1, 40.5); b == a || s3tParse(t, b).expires != 40 {
 		t.Errorf("bounded URL %s", b)
 	}
 	// The sweep drops entries of past windows.
