@@ -811,7 +811,6 @@ func (c *Cache) run(f *fill, src Source) {
 		f.mu.Unlock()
 	}
 	if err != nil {
-		c.removeFiles([]string{tmp})
 		c.fail(f, err, disk)
 		return
 	}
@@ -831,12 +830,12 @@ func (c *Cache) commit(f *fill) {
 	c.entries[f.key] = e
 	c.bytes.Add(f.size)
 	c.files.Add(1)
+	c.fillsDone.Add(1) // counted before anyone can see the end
 	f.mu.Lock()
 	f.done = true
 	f.broadcast()
 	f.mu.Unlock()
 	c.mu.Unlock()
-	c.fillsDone.Add(1)
 }
 
 // fail ends f with err; disk says the directory failed (not the source).
@@ -850,11 +849,23 @@ func (c *Cache) fail(f *fill, err error, disk bool) {
 		c.downLocked(err)
 	}
 	f.mu.Lock()
+	// Removed with the error set, under f.mu: a reader attaching now
+	// either opened the file before (and gets the error on its next
+	// read) or sees the error.
+	var rmErr error
+	if f.path != "" {
+		if rmErr = os.Remove(f.path); errors.Is(rmErr, fs.ErrNotExist) {
+			rmErr = nil
+		}
+	}
+	c.fillErrors.Add(1) // counted before anyone can see the end
 	f.done, f.err = true, err
 	f.broadcast()
 	f.mu.Unlock()
 	c.mu.Unlock()
-	c.fillErrors.Add(1)
+	if rmErr != nil {
+		c.warn("disk cache: cannot remove a file", rmErr)
+	}
 	c.warn("disk cache: fill failed", err)
 }
 
