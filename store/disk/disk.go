@@ -569,10 +569,12 @@ func (c *Cache) get(ctx context.Context, key string, size int64, src Source) (h 
 		c.followers.Add(1)
 		return c.attach(ctx, f)
 	}
-	more, err := c.usableLocked()
-	victims = append(victims, more...)
-	if err == nil && size > c.max {
-		err = ErrTooLarge
+	var more []string
+	if size > c.max {
+		err = ErrTooLarge // whatever the state of the directory
+	} else {
+		more, err = c.usableLocked()
+		victims = append(victims, more...)
 	}
 	if err == nil {
 		var ok bool
@@ -660,7 +662,9 @@ func (c *Cache) verify(e *entry, done chan struct{}) {
 	err := c.hashFile(c.path(e.key), e.key, e.size)
 	var p string
 	c.mu.Lock()
-	if c.entries[e.key] == e {
+	if c.ctx.Err() != nil {
+		err = nil // closed mid-way: the file is not known bad, keep it unverified
+	} else if c.entries[e.key] == e {
 		if err == nil {
 			e.verified = true
 		} else {

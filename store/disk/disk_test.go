@@ -98,10 +98,11 @@ type stepSource struct {
 	step   chan struct{}
 	calls  atomic.Int32
 	wrote  chan int // index of each chunk written
+	hold   bool     // wait for one more step before returning
 }
 
 func newStepSource(b []byte, parts int) *stepSource {
-	s := &stepSource{step: make(chan struct{}), wrote: make(chan int, parts)}
+	s := &stepSource{step: make(chan struct{}), wrote: make(chan int, 64)}
 	sz := (len(b) + parts - 1) / parts
 	for i := 0; i < len(b); i += sz {
 		s.chunks = append(s.chunks, b[i:min(i+sz, len(b))])
@@ -122,7 +123,17 @@ func (s *stepSource) Source(ctx context.Context, w io.Writer) error {
 		if _, err := w.Write(ch); err != nil {
 			return err
 		}
-		s.wrote <- i
+		select {
+		case s.wrote <- i:
+		default: // nobody counts (several fills would be a bug the test reports)
+		}
+	}
+	if s.hold { // written all, but the source has not returned yet
+		select {
+		case <-s.step:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	return nil
 }
@@ -270,11 +281,32 @@ func TestHashMismatchIsNeverVisible(t *testing.T) {
 	wrong[len(wrong)-1] ^= 1
 
 	src := newStepSource(wrong, 2)
+	src.hold = true
 	h := get(t, c, s, src.Source) // the first chunk is right
+	src.step <- struct{}{}        // the last (wrong) chunk lands; the fill is not over
+	r, err := h.Reader(context.Background(), 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := make([]byte, len(wrong))
+	if _, err := io.ReadFull(r, all); err != nil {
+		t.Fatal(err)
+	}
+	// Every byte is read, but the end is not reported before the fill
+	// is verified.
+	end := make(chan error, 1)
+	go func() {
+		_, err := r.Read(make([]byte, 1))
+		end <- err
+	}()
+	select {
+	case err := <-end:
+		t.Fatalf("the reader ended (%v) before the fill was verified", err)
+	case <-time.After(50 * time.Millisecond):
+	}
 	close(src.step)
-	got, err := readRange(t, h, 0, -1)
-	if !errors.Is(err, disk.ErrHashMismatch) {
-		t.Fatalf("read err %v after %d bytes, want ErrHashMismatch", err, len(got))
+	if err := <-end; !errors.Is(err, disk.ErrHashMismatch) {
+		t.Fatalf("read err %v, want ErrHashMismatch", err)
 	}
 	// A range wholly before the bad byte still ends in the error, not EOF.
 	if _, err := readRange(t, h, 0, 10); !errors.Is(err, disk.ErrHashMismatch) {
