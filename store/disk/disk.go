@@ -18,6 +18,25 @@
 // returns an error matching ErrTooLarge, ErrNoRoom or ErrUnavailable and
 // the caller streams from the store directly.
 //
+// A caller serves a segment like this:
+//
+//	h, err := c.Get(ctx, id, rec.ByteLength, src)
+//	if err != nil {
+//		// stream from the store directly (bounded memory)
+//	}
+//	defer h.Close()
+//	r, err := h.Reader(ctx, off, n)
+//	// write the headers, then
+//	written, err := io.Copy(w, r) // sendfile for a complete file
+//	if err != nil {
+//		// never end the response cleanly: abort it (http.ErrAbortHandler),
+//		// or, when errors.Is(err, ErrUnavailable) (the disk failed, the
+//		// store did not), continue from the store at off+written.
+//	}
+//
+// Files are unlinked while readers may hold them open, which POSIX
+// systems allow; the package is meant for Linux and other Unix systems.
+//
 // The package knows nothing of Caddy or of the stores; it logs nothing
 // (Options.Warn receives the faults worth a log line).
 package disk
@@ -784,6 +803,8 @@ func (c *Cache) run(f *fill, src Source) {
 		err = w.diskErr
 	case w.long:
 		err = fmt.Errorf("%w: the source sent more than %d bytes", ErrSizeMismatch, f.size)
+	case err != nil && c.ctx.Err() != nil: // Close: the store did not fail
+		err = fmt.Errorf("%w: closed during the fill: %w", ErrUnavailable, err)
 	case err != nil:
 		err = fmt.Errorf("disk cache: fill source: %w", err)
 	case w.n != f.size:

@@ -786,8 +786,8 @@ func TestCloseFailsRunningFill(t *testing.T) {
 	src := newStepSource(s.b, 2)
 	h := get(t, c, s, src.Source)
 	c.Close() // cancels the fill's context; the source returns
-	if _, err := readRange(t, h, 0, -1); !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v, want the fill cancelled", err)
+	if _, err := readRange(t, h, 0, -1); !errors.Is(err, context.Canceled) || !errors.Is(err, disk.ErrUnavailable) {
+		t.Fatalf("err %v, want the fill cancelled, as a cache fault", err)
 	}
 	if _, err := c.Get(context.Background(), s.id, 10_000, noSource(t)); !errors.Is(err, disk.ErrUnavailable) {
 		t.Fatalf("Get after Close: %v", err)
