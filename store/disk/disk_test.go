@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -886,4 +887,67 @@ func must(r io.Reader, err error) io.Reader {
 		panic(err)
 	}
 	return r
+}
+
+// The case: 30 clients of a 48 MiB segment. They share one fill
+// and read the file, so the Go heap allocated while all of them read it
+// is a small fraction of one copy (a whole-blob read per client would
+// allocate 30 × 48 MiB).
+func TestThirtyReadersBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 96 MiB")
+	}
+	const size, readers = 48 << 20, 30
+	s := newSegment(size, 90)
+	c := newCache(t, disk.Options{})
+	chunked := func(ctx context.Context, w io.Writer) error {
+		for off := 0; off < size; off += 1 << 20 {
+			if _, err := w.Write(s.b[off : off+1<<20]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	run := func() {
+		var wg sync.WaitGroup
+		for range readers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h, err := c.Get(context.Background(), s.id, size, chunked)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer h.Close()
+				r, err := h.Reader(context.Background(), 0, -1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if n, err := io.Copy(io.Discard, r); err != nil || n != size {
+					t.Errorf("read %d bytes: %v", n, err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	measure := func(f func()) uint64 {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	fill := measure(run) // one fill, 29 followers or hits
+	hits := measure(run) // 30 hits
+	t.Logf("30 readers × 48 MiB: TotalAlloc %.2f MiB during the fill, %.2f MiB from the complete file",
+		float64(fill)/(1<<20), float64(hits)/(1<<20))
+	if st := c.Stats(); st.Fills != 1 || st.Hits < readers {
+		t.Fatalf("stats %+v", st)
+	}
+	if fill >= 16<<20 || hits >= 16<<20 {
+		t.Fatalf("allocated %d and %d bytes, want < 16 MiB each", fill, hits)
+	}
 }
