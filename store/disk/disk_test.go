@@ -597,6 +597,25 @@ func TestRestart(t *testing.T) {
 	if exists(leftover) || !exists(foreign) {
 		t.Fatalf("leftover removed %v, foreign kept %v", !exists(leftover), exists(foreign))
 	}
+	// First use after the restart: concurrent callers share one
+	// verification (a read of the file) and none reaches the store.
+	var wg sync.WaitGroup
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := c2.Get(context.Background(), good.id, int64(len(good.b)), noSource(t))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer h.Close()
+			if b, err := io.ReadAll(must(h.Reader(context.Background(), 0, -1))); err != nil || !bytes.Equal(b, good.b) {
+				t.Errorf("read after restart: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
 	h := get(t, c2, good, noSource(t))
 	if !h.Hit() {
 		t.Fatal("the file kept across the restart was not a hit")
@@ -611,7 +630,7 @@ func TestRestart(t *testing.T) {
 			t.Fatalf("a damaged file was served without a refill (calls %d)", calls.Load())
 		}
 	}
-	if st := c2.Stats(); st.Discarded != 2 || st.Fills != 2 || st.Hits != 1 {
+	if st := c2.Stats(); st.Discarded != 2 || st.Fills != 2 || st.Hits != 11 {
 		t.Fatalf("stats %+v", st)
 	}
 }
