@@ -1004,6 +1004,9 @@ type fillReader struct {
 }
 
 func (r *fillReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	f := r.h.fill
 	for {
 		f.mu.Lock()

@@ -435,6 +435,9 @@ func TestFollowersReadWhileFilling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if n, err := r.Read(nil); n != 0 || err != nil {
+		t.Fatalf("an empty read during the fill: %d, %v", n, err)
+	}
 	first := make([]byte, len(src.chunks[0]))
 	if _, err := io.ReadFull(r, first); err != nil {
 		t.Fatal(err)
