@@ -1,0 +1,184 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"zombiezen.com/go/sqlite"
+	"zombiezen.com/go/sqlite/sqlitex"
+)
+
+// blobCopyBuf is the chunk CopyBlob hands its writer: large enough that a
+// file write per chunk is cheap, small enough that a copy of any size
+// holds only this much in memory.
+const blobCopyBuf = 128 << 10
+
+// SQLiteBlobs copies segment bytes out of a SQLite segment store with
+// SQLite's incremental blob I/O, in chunks, so a segment of any size costs
+// one fixed buffer rather than a copy of the whole blob (which is what
+// SQLite.Open's substr read allocates). It opens the file read-only with
+// its own pool of zombiezen.com/go/sqlite connections beside the
+// database/sql pool of SQLite; to be folded into SQLite later.
+//
+// Each CopyBlob is one read transaction: it pins the WAL snapshot (and so
+// holds back the writer's checkpoints) for as long as the copy takes, so
+// give it a fast writer (a local file, e.g. a disk-cache fill), never a
+// client connection. Unlike SQLite it does not reopen a file replaced at
+// its path. Safe for concurrent use.
+type SQLiteBlobs struct {
+	path string
+	pool *sqlitex.Pool
+}
+
+// OpenSQLiteBlobs opens the store at path read-only. opts is read as by
+// OpenSQLite: BusyTimeout per read, MaxOpenConns connections. It checks at
+// once that the file holds a sync_segments table.
+func OpenSQLiteBlobs(path string, opts SQLiteOptions) (*SQLiteBlobs, error) {
+	if path == "" {
+		return nil, errors.New("store: sqlite blobs: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("store: sqlite blobs: %w", err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("store: sqlite blobs: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("store: sqlite blobs: %s is not a regular file", abs)
+	}
+	busy := opts.BusyTimeout
+	if busy <= 0 {
+		busy = defaultBusyTimeout
+	}
+	conns := opts.MaxOpenConns
+	if conns <= 0 {
+		conns = defaultSQLiteConns
+	}
+	// The file: URI with mode=ro is what makes SQLite itself refuse
+	// writes; query_only is a second lock on the same door.
+	pool, err := sqlitex.NewPool("file:"+escapeURIPath(filepath.ToSlash(abs))+"?mode=ro", sqlitex.PoolOptions{
+		Flags:    sqlite.OpenReadOnly | sqlite.OpenURI,
+		PoolSize: conns,
+		PrepareConn: func(conn *sqlite.Conn) error {
+			conn.SetBusyTimeout(busy)
+			return sqlitex.ExecuteTransient(conn, "PRAGMA query_only = 1", nil)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: sqlite blobs: open %s: %w", abs, err)
+	}
+	b := &SQLiteBlobs{path: abs, pool: pool}
+	if err := b.check(context.Background()); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("store: sqlite blobs: open %s: %w", abs, err)
+	}
+	return b, nil
+}
+
+func (b *SQLiteBlobs) check(ctx context.Context) error {
+	conn, err := b.pool.Take(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.pool.Put(conn)
+	found := false
+	err = sqlitex.Execute(conn, `SELECT 1 FROM sqlite_master
+ WHERE type = 'table' AND name = 'sync_segments' COLLATE NOCASE`, &sqlitex.ExecOptions{
+		ResultFunc: func(*sqlite.Stmt) error { found = true; return nil },
+	})
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errors.New("no sync_segments table: not a Syncular segment store")
+	}
+	return nil
+}
+
+// CopyBlob writes the bytes of segmentID to w and returns how many it
+// wrote. ErrNotFound when there is no row; ErrCorruptSegment when the blob
+// is not the row's byte_length long. The row lookup and the whole copy
+// are one read transaction, so the bytes are one snapshot even while the
+// writer replaces or deletes the row. An error from w is returned as is.
+func (b *SQLiteBlobs) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (n int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("store: sqlite copy: %w", err)
+	}
+	conn, err := b.pool.Take(ctx) // interrupts the connection when ctx ends
+	if err != nil {
+		return 0, fmt.Errorf("store: sqlite copy: %w", err)
+	}
+	defer b.pool.Put(conn)
+	if err := sqlitex.Execute(conn, "BEGIN", nil); err != nil {
+		return 0, fmt.Errorf("store: sqlite copy: %w", err)
+	}
+	defer func() {
+		// An interrupted connection refuses every statement: lift the
+		// interrupt so the transaction ends before the connection goes
+		// back to the pool (an open one would pin the snapshot).
+		conn.SetInterrupt(nil)
+		if rerr := sqlitex.Execute(conn, "ROLLBACK", nil); rerr != nil && err == nil {
+			err = fmt.Errorf("store: sqlite copy: end transaction: %w", rerr)
+		}
+	}()
+
+	rowid, length, found := int64(0), int64(0), false
+	err = sqlitex.Execute(conn, `SELECT rowid, byte_length FROM sync_segments WHERE segment_id = ?1`,
+		&sqlitex.ExecOptions{
+			Args: []any{segmentID},
+			ResultFunc: func(st *sqlite.Stmt) error {
+				rowid, length, found = st.ColumnInt64(0), st.ColumnInt64(1), true
+				return nil
+			},
+		})
+	if err != nil {
+		return 0, b.fault(ctx, err)
+	}
+	if !found {
+		return 0, ErrNotFound
+	}
+	blob, err := conn.OpenBlob("", "sync_segments", "bytes", rowid, false)
+	if err != nil {
+		return 0, b.fault(ctx, err)
+	}
+	defer blob.Close()
+	if blob.Size() != length {
+		return 0, fmt.Errorf("store: sqlite copy: %w: blob is %d bytes, byte_length %d",
+			ErrCorruptSegment, blob.Size(), length)
+	}
+	buf := make([]byte, min(blobCopyBuf, max(length, 1)))
+	for n < length {
+		m, rerr := blob.Read(buf)
+		if m > 0 {
+			wm, werr := w.Write(buf[:m])
+			n += int64(wm)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return n, b.fault(ctx, rerr)
+		}
+	}
+	return n, nil
+}
+
+// fault wraps a database error, preferring the context's when it ended.
+func (b *SQLiteBlobs) fault(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("store: sqlite copy: %w", ctx.Err())
+	}
+	return fmt.Errorf("store: sqlite copy: %w", err)
+}
+
+// Close closes the pool, waiting for copies in progress.
+func (b *SQLiteBlobs) Close() error { return b.pool.Close() }
