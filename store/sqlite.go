@@ -45,6 +45,7 @@ type SQLite struct {
 	path     string // absolute
 	dsn      string
 	maxConns int
+	blobOpts SQLiteOptions // for the blob pools (sqlite_stream.go)
 
 	cur      atomic.Pointer[sqliteHandle] // nil once closed
 	reopenMu sync.Mutex
@@ -59,6 +60,8 @@ type sqliteHandle struct {
 
 	detectStmt *sql.Stmt
 	openStmt   *sql.Stmt
+	sizeStmt   *sql.Stmt
+	blobPool   blobPool // incremental blob I/O (sqlite_stream.go)
 	shape      atomic.Pointer[sqliteShape]
 
 	stmtMu sync.Mutex
@@ -101,7 +104,8 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	if conns <= 0 {
 		conns = defaultSQLiteConns
 	}
-	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns}
+	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns,
+		blobOpts: SQLiteOptions{BusyTimeout: busy, MaxOpenConns: conns}}
 	h, err := s.openHandle(context.Background())
 	if err != nil {
 		return nil, err
@@ -165,6 +169,9 @@ func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
 	if h.openStmt, err = db.PrepareContext(ctx, openSQL); err != nil {
 		return fail(err)
 	}
+	if h.sizeStmt, err = db.PrepareContext(ctx, sizeSQL); err != nil {
+		return fail(err)
+	}
 	return h, nil
 }
 
@@ -181,6 +188,10 @@ func (h *sqliteHandle) close() error {
 	if h.openStmt != nil {
 		h.openStmt.Close()
 	}
+	if h.sizeStmt != nil {
+		h.sizeStmt.Close()
+	}
+	h.blobPool.close()
 	return h.db.Close()
 }
 
@@ -595,8 +606,16 @@ func (s *SQLite) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 	if off > sqliteMaxBlobLength {
 		off = sqliteMaxBlobLength
 	}
+	// A large blob streams in chunks (bounded memory); the rest is one
+	// substr query.
+	rc, err := s.openStream(ctx, h, segmentID, off, n)
+	if rc != nil {
+		return rc, nil
+	}
 	var b []byte
-	err = h.openStmt.QueryRowContext(ctx, segmentID, off+1, n).Scan(&b)
+	if err == nil {
+		err = h.openStmt.QueryRowContext(ctx, segmentID, off+1, n).Scan(&b)
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, ErrNotFound
