@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // ErrCorruptSegment is a store fault: the bytes a store returned for a
@@ -62,6 +64,11 @@ type CacheOptions struct {
 	Timeout time.Duration
 	// Now is the clock for record ages. nil: time.Now.
 	Now func() time.Time
+	// Disk is the disk tier for segments the bytes cache does not hold
+	// (larger than MaxEntry, or no room): filled once, verified, served
+	// from its file (tier.go). nil: such segments stream from the store.
+	// The caller owns it (it may be shared by several Cached).
+	Disk *disk.Cache
 }
 
 // DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
@@ -96,6 +103,7 @@ type Cached struct {
 	recordHits, recordMisses atomic.Int64
 	byteHits, byteMisses     atomic.Int64
 	passThrough              atomic.Int64
+	diskReads                atomic.Int64
 }
 
 // NewCached wraps inner. Options are taken as given (see
@@ -129,6 +137,9 @@ type CacheStats struct {
 	// PassThrough counts Opens streamed from the store uncached (too
 	// large, length unknown, or no room for a fill).
 	PassThrough int64
+	// DiskReads counts Opens served by the disk tier (a complete file or
+	// a fill in progress).
+	DiskReads int64
 	// Bytes is the memory the bytes cache holds now (entries and fills).
 	Bytes int64
 	// Records is the number of records held.
@@ -149,6 +160,7 @@ func (c *Cached) Stats() CacheStats {
 		ByteHits:     c.byteHits.Load(),
 		ByteMisses:   c.byteMisses.Load(),
 		PassThrough:  c.passThrough.Load(),
+		DiskReads:    c.diskReads.Load(),
 		Bytes:        c.blobs.usage(),
 		Records:      c.records.len(),
 
@@ -233,6 +245,9 @@ func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 				return nil, err
 			}
 		}
+	}
+	if size, ok := c.records.size(segmentID); ok {
+		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
 	}
 	c.passThrough.Add(1)
 	return c.inner.Open(ctx, segmentID, off, n)
