@@ -43,6 +43,22 @@ type CacheConfig struct {
 	// cache learns a segment's length from here, so 0 also turns the
 	// bytes cache off. Default: 10000.
 	MaxRecords *int `json:"max_records,omitempty"`
+
+	// Directory of the disk tier: segments larger than max_entry (or
+	// with no room in memory) are copied there once from the store,
+	// however many clients ask at once, verified against their id while
+	// written, and served from the file (sendfile). Survives restarts
+	// (files are re-hashed before their first use). An unusable directory
+	// (missing and not creatable, read-only, full) is a warning, and the
+	// segments then stream from the store. "off" disables the tier.
+	// Default: <Caddy's data dir>/syncular/segments.
+	Disk string `json:"disk,omitempty"`
+
+	// Budget of the disk tier: complete files plus fills in progress,
+	// least recently used evicted first; a segment larger than it is not
+	// cached. Keep it below the volume's free space. Default: 4 GiB
+	// (4294967296). 0 disables the disk tier.
+	DiskMaxBytes *int64 `json:"disk_max_bytes,omitempty"`
 }
 
 // options returns the store options for c (nil: all defaults).
@@ -73,7 +89,8 @@ func (c *CacheConfig) validate() error {
 		return nil
 	}
 	if (c.MaxBytes != nil && *c.MaxBytes < 0) || (c.MaxEntry != nil && *c.MaxEntry < 0) ||
-		(c.RecordTTL != nil && *c.RecordTTL < 0) || (c.MaxRecords != nil && *c.MaxRecords < 0) {
+		(c.RecordTTL != nil && *c.RecordTTL < 0) || (c.MaxRecords != nil && *c.MaxRecords < 0) ||
+		(c.DiskMaxBytes != nil && *c.DiskMaxBytes < 0) {
 		return errors.New("syncular_segments: cache sizes, record_ttl and max_records must not be negative")
 	}
 	return nil
@@ -86,7 +103,13 @@ func (h *Handler) provisionCache() error {
 		return err
 	}
 	if h.store != nil {
-		h.store = store.NewCached(h.store, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
+		opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
+		d, err := h.provisionDisk() // disktier.go
+		if err != nil {
+			return err
+		}
+		opts.Disk = d
+		h.store = store.NewCached(h.store, opts)
 	}
 	return nil
 }
@@ -98,6 +121,8 @@ func (h *Handler) provisionCache() error {
 //	    max_entry   <size>      # default 8MiB
 //	    record_ttl  <duration>  # default 2s; 0 disables the record cache
 //	    max_records <n>         # default 10000
+//	    disk           <dir>|off  # default <Caddy data dir>/syncular/segments
+//	    disk_max_bytes <size>     # default 4GiB; 0 disables the disk tier
 //	}
 //
 // Sizes are bytes or humanized ("64MiB", "512KiB"; "MB" means 10^6).
@@ -115,6 +140,10 @@ func (h *Handler) unmarshalCache(d *caddyfile.Dispenser) error {
 		}
 		seen[sub] = true
 		switch sub {
+		case "disk", "disk_max_bytes":
+			if err := unmarshalDiskSub(d, c, sub); err != nil { // disktier.go
+				return err
+			}
 		case "max_bytes", "max_entry":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -160,7 +189,10 @@ func (h *Handler) unmarshalCache(d *caddyfile.Dispenser) error {
 
 // copyBody writes n bytes of body to w. A body held in memory (a bytes
 // cache hit) goes out in one Write: no copy buffer is allocated and the
-// connection gets one large write instead of 32 KiB chunks.
+// connection gets one large write instead of 32 KiB chunks. A complete
+// file of the disk tier goes to io.Copy unwrapped (an *io.LimitedReader
+// over an *os.File) so the connection's ReadFrom reaches sendfile(2).
+// Fewer than n bytes is an error (io.ErrUnexpectedEOF at the least).
 func copyBody(w io.Writer, body io.Reader, n int64) (int64, error) {
 	if m, ok := body.(interface{ Bytes() []byte }); ok {
 		if b := m.Bytes(); int64(len(b)) == n {
@@ -168,7 +200,18 @@ func copyBody(w io.Writer, body io.Reader, n int64) (int64, error) {
 			return int64(k), err
 		}
 	}
-	return io.CopyN(w, body, n)
+	if lr := sendfileReader(body, n); lr != nil { // disktier.go
+		k, err := io.Copy(w, lr) // not CopyN: a LimitedReader of a LimitedReader misses sendfile
+		if err == nil && k != n {
+			err = io.ErrUnexpectedEOF
+		}
+		return k, err
+	}
+	k, err := io.CopyN(w, body, n)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return k, err
 }
 
 // lookupContext bounds a record lookup by store_timeout. Through the cache

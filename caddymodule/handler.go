@@ -219,16 +219,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		}
 		return nil
 	}
+	if br.off == 0 && br.n == size {
+		body = store.VerifyWhole(body, g.segID, size) // ends in an error, not EOF, on a mismatch
+	}
 	defer body.Close()
 	hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
 	w.WriteHeader(status)
 	n, err := copyBody(w, body, br.n)
 	h.metrics.via(d.legacy).bytes(n)
 	if err != nil {
-		// Headers are gone: the client sees a short body and retries.
-		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
-			c.Write(zap.String("segment_id", g.segID), zap.Error(err))
-		}
+		// Headers are gone: cut the connection so the client sees a
+		// truncated body (never a clean end) and retries.
+		h.abortBody(g.segID, err) // disktier.go
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ type collectors struct {
 	verifications *prometheus.CounterVec   // {slot}
 
 	caches *cacheCollector
+	disks  *diskCollector // disktier.go
 }
 
 var (
@@ -63,6 +64,7 @@ func moduleCollectors() *collectors {
 				Help: "Tokens checked, by the 1-based slot of the configured key whose MAC matched (\"none\": no key matched or the token was malformed). Counted even when a later check refused the token.",
 			}, []string{"slot"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
+			disks:  newDiskCollector(ns + "_" + sub + "_"),
 		}
 	})
 	return collectorsVal
@@ -71,7 +73,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return []prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.caches,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.caches, c.disks,
 	}
 }
 
@@ -355,6 +357,10 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 		c.caches.add(cs)
 		h.statsCache = cs
 	}
+	if h.disk != nil {
+		c.disks.add(h.disk)
+		h.statsDisk = h.disk
+	}
 	return nil
 }
 
@@ -363,5 +369,9 @@ func (h *Handler) cleanupMetrics() {
 	if h.statsCache != nil {
 		moduleCollectors().caches.remove(h.statsCache)
 		h.statsCache = nil
+	}
+	if h.statsDisk != nil {
+		moduleCollectors().disks.remove(h.statsDisk)
+		h.statsDisk = nil
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 func init() {
@@ -117,7 +118,9 @@ type Handler struct {
 	presigner *presign.S3Presigner
 	audience  presign.Audience
 	store     store.Store
-	poolKey   string    // set when store came from the usage pool
+	poolKey   string // set when store came from the usage pool
+	diskKey   string // the disk tier's key in diskPool ("" when off)
+	disk      *disk.Cache
 	life      *lifetime // releases the store after the last in-flight request
 	logger    *zap.Logger
 	now       func() time.Time
@@ -127,6 +130,7 @@ type Handler struct {
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
+	statsDisk  *disk.Cache     // the disk tier, reported in metrics
 
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
@@ -446,9 +450,9 @@ func (h *Handler) Validate() error {
 // every field may be nil.
 func (h *Handler) Cleanup() error {
 	h.cleanupMetrics()
-	key, st := h.poolKey, h.store
-	h.poolKey = ""
-	if key == "" && st == nil {
+	key, st, dkey := h.poolKey, h.store, h.diskKey
+	h.poolKey, h.diskKey = "", ""
+	if key == "" && st == nil && dkey == "" {
 		return nil
 	}
 	// On a reload Caddy cleans up the old config while its servers are
@@ -459,8 +463,11 @@ func (h *Handler) Cleanup() error {
 	h.life.end(func() {
 		if key != "" {
 			_, err = sqlitePool.Delete(key)
-		} else {
+		} else if st != nil {
 			err = st.Close()
+		}
+		if derr := releaseDisk(dkey); err == nil {
+			err = derr
 		}
 		close(done)
 	})
