@@ -137,15 +137,21 @@ func fetch(url string, hdr map[string]string) (status int, id string, n int64, r
 // answer that is not 200 with the bytes of id.
 func parallelFetch(t *testing.T, n int, url, id string) {
 	t.Helper()
+	parallelFetchN(t, n, url, id, largeSize)
+}
+
+// parallelFetchN is parallelFetch for a segment of size bytes.
+func parallelFetchN(t *testing.T, n int, url, id string, size int64) {
+	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, got, size, _, err := fetch(url, nil)
-			if err == nil && (st != 200 || got != id || size != largeSize) {
-				err = fmt.Errorf("status %d, %d bytes, id %s", st, size, got)
+			st, got, m, _, err := fetch(url, nil)
+			if err == nil && (st != 200 || got != id || m != size) {
+				err = fmt.Errorf("status %d, %d bytes, id %s", st, m, got)
 			}
 			if err != nil {
 				errs <- err
@@ -487,4 +493,58 @@ func TestLargeUnwritableDiskDirectory(t *testing.T) {
 	if !strings.Contains(logs, "disk cache directory unusable") {
 		t.Fatalf("no warning about the directory:\n%s", logs)
 	}
+}
+
+// TestLargeWithoutDiskTier: with the disk tier off, each download streams
+// from the store (SQLite in 1 MiB chunks, S3 as the GET body), hashed on
+// the way: 30 concurrent 64 MiB downloads still keep memory bounded (the
+// old SQLite serve held each download's whole blob).
+func TestLargeWithoutDiskTier(t *testing.T) {
+	big := pseudoRandom(largeSize, 47)
+	t.Run("sqlite", func(t *testing.T) {
+		// 24 MiB: a chunked SQLite stream re-walks the blob's overflow
+		// pages per chunk, so its CPU cost grows with the square of the
+		// size (about 3.7 s per 64 MiB download, 0.5 s per 24 MiB);
+		// 30 x 24 MiB still held whole would be 720 MiB.
+		big := big[:24<<20]
+		want := sha256.Sum256(big)
+		path := filepath.Join(t.TempDir(), "sync.db")
+		id := seedStore(t, path, "wal", big)[0]
+		if id != "sha256:"+hex.EncodeToString(want[:]) {
+			t.Fatal("seeded id is not the bytes' hash")
+		}
+		e := startLarge(t, sqlStore(path), "disk off", newKey32(t))
+		time.Sleep(200 * time.Millisecond)
+		idle := e.c.statusKB(t, "VmRSS")
+		parallelFetchN(t, 30, e.url(id), id, int64(len(big)))
+		hwm := e.c.statusKB(t, "VmHWM")
+		m := scrape(t, e.c)
+		t.Logf("30 concurrent 24 MiB downloads (SQLite, disk off): idle RSS %d MiB, peak RSS %d MiB; store reads %v",
+			idle>>10, hwm>>10, storeReads(m))
+		if r := storeReads(m); r != 30 {
+			t.Fatalf("%v store reads, want one per download (30)", r)
+		}
+		if limit := idle + (64+64)<<10; hwm > limit {
+			t.Fatalf("peak RSS %d KiB over idle %d KiB + 128 MiB", hwm, idle)
+		}
+	})
+	t.Run("s3 proxy", func(t *testing.T) {
+		srv := s3test.Start(t)
+		srv.CreateBucket(t, "segs")
+		id := s3Segment(t, srv, big)
+		e := startLarge(t, s3Store(srv), "disk off", newKey32(t), "S3_KEY="+srv.AccessKey, "S3_SECRET="+srv.SecretKey)
+		time.Sleep(200 * time.Millisecond)
+		idle := e.c.statusKB(t, "VmRSS")
+		parallelFetch(t, 30, e.url(id), id)
+		hwm := e.c.statusKB(t, "VmHWM")
+		gets := srv.CountRequests(t, "s3_GetObject", s3test.ObjectKey("", id))
+		t.Logf("30 concurrent 64 MiB downloads (S3 proxy, disk off): idle RSS %d MiB, peak RSS %d MiB; GetObject of the bytes: %d",
+			idle>>10, hwm>>10, gets)
+		if gets != 30 {
+			t.Fatalf("%d GETs of the object, want one per download (30)", gets)
+		}
+		if limit := idle + (64+64)<<10; hwm > limit {
+			t.Fatalf("peak RSS %d KiB over idle %d KiB + 128 MiB", hwm, idle)
+		}
+	})
 }
