@@ -396,6 +396,9 @@ func TestLargeCorrupt(t *testing.T) {
 			if !strings.Contains(logs, "do not match their id") && !strings.Contains(logs, "fill failed") {
 				t.Fatalf("no store-fault warning in the logs:\n%s", logs)
 			}
+			if strings.Contains(logs, "panic") {
+				t.Fatalf("an aborted response logged a panic:\n%s", logs)
+			}
 			for _, tok := range tokens {
 				if strings.Contains(logs, tok) {
 					t.Fatal("a log holds the st token")
