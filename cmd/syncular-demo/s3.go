@@ -24,7 +24,7 @@ import (
 const (
 	demoBucket = "syncular-demo"
 	demoPrefix = "syncular/"
-	demoRegion = "us-east-1"
+	demoRegion = "auto" // as R2; the examples default to it
 )
 
 // writeLegacyHeader also puts the record on the bytes object as the
