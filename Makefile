@@ -28,13 +28,17 @@ caddy-plain:
 
 ## demo: seed a SQLite store, run Caddy with the example config, print signed
 ## URLs, the metrics URL and an inspect command; keys in .demo/keys.env
+# The demo runs as a built binary, not under `go run`, so that Ctrl-C
+# ends it with status 0 (`go run` reports an interrupted child as failed).
 demo: caddy
-	$(GO) run ./cmd/syncular-demo
+	$(GO) build -o bin/syncular-demo ./cmd/syncular-demo
+	bin/syncular-demo
 
 ## demo-s3: the same with segments in a versitygw bucket (redirect and proxy sites)
 demo-s3: caddy
 	scripts/tools.sh versitygw
-	$(GO) run ./cmd/syncular-demo -s3
+	$(GO) build -o bin/syncular-demo ./cmd/syncular-demo
+	bin/syncular-demo -s3
 
 ## test: everything CI runs: vet, unit (with -race), vectors, fuzz smoke, integration
 test: vet unit fuzz integration
