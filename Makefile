@@ -70,7 +70,7 @@ integration: caddy caddy-plain
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
 bench: caddy caddy-plain
-	scripts/tools.sh versitygw hey
+	scripts/tools.sh versitygw hey vegeta
 	$(GO) run ./bench/load -o bench/RESULTS.md
 
 clean:
