@@ -19,11 +19,10 @@ var ErrCorruptSegment = errors.New("segment bytes do not match their id")
 
 // Default cache settings (see CacheOptions).
 const (
-	DefaultRecordTTL     = 2 * time.Second
-	DefaultMaxRecords    = 10_000
-	DefaultMaxBytes      = 64 << 20 // 64 MiB
-	DefaultMaxEntry      = 8 << 20  // 8 MiB
-	DefaultSharedTimeout = 5 * time.Second
+	DefaultRecordTTL  = 2 * time.Second
+	DefaultMaxRecords = 10_000
+	DefaultMaxBytes   = 64 << 20 // 64 MiB
+	DefaultMaxEntry   = 8 << 20  // 8 MiB
 )
 
 // CacheOptions bounds a Cached store. The zero value caches nothing (it
@@ -56,7 +55,7 @@ type CacheOptions struct {
 	// Timeout bounds one shared store call (a Lookup, or reading a
 	// segment's bytes into the cache). A shared call runs detached from
 	// the caller that started it, so a client that disconnects does not
-	// fail the others waiting on the same read. 0: DefaultSharedTimeout.
+	// fail the others waiting on the same read. 0: DefaultTimeout.
 	Timeout time.Duration
 	// Now is the clock for record ages. nil: time.Now.
 	Now func() time.Time
@@ -70,7 +69,7 @@ func DefaultCacheOptions() CacheOptions {
 		MaxRecords: DefaultMaxRecords,
 		MaxBytes:   DefaultMaxBytes,
 		MaxEntry:   DefaultMaxEntry,
-		Timeout:    DefaultSharedTimeout,
+		Timeout:    DefaultTimeout,
 	}
 }
 
@@ -100,7 +99,7 @@ type Cached struct {
 // DefaultCacheOptions); negative values count as 0.
 func NewCached(inner Store, opts CacheOptions) *Cached {
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultSharedTimeout
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -119,6 +118,10 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 
 // Inner returns the wrapped store.
 func (c *Cached) Inner() Store { return c.inner }
+
+// SharedTimeout is the bound on every read a Lookup or Open shares
+// (CacheOptions.Timeout): Cached is Bounded.
+func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
 
 // CacheStats counts cache answers since the store was built.
 type CacheStats struct {
@@ -307,4 +310,8 @@ func (m *memBody) Bytes() []byte { return m.b[len(m.b)-m.Len():] }
 func (m *memBody) Close() error  { return nil }
 
 // Interface guards
-var _ Store = (*Cached)(nil)
+var (
+	_ Store       = (*Cached)(nil)
+	_ Revalidator = (*Cached)(nil)
+	_ Bounded     = (*Cached)(nil)
+)

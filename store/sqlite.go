@@ -20,7 +20,8 @@ import (
 type SQLiteOptions struct {
 	// BusyTimeout is how long one read waits for a lock the writer holds
 	// (rollback-journal files, WAL recovery) before it fails with a fault.
-	// Zero means 5s. Rounded up to whole milliseconds.
+	// Zero means DefaultTimeout (5s): a read waiting longer than a store
+	// call may take is a fault anyway. Rounded up to whole milliseconds.
 	BusyTimeout time.Duration
 
 	// MaxOpenConns caps the pool of read-only connections. Zero means 4.
@@ -28,7 +29,6 @@ type SQLiteOptions struct {
 }
 
 const (
-	defaultBusyTimeout  = 5 * time.Second
 	defaultSQLiteConns  = 4
 	maxSchemaRedetects  = 4
 	sqliteMaxBlobLength = 1 << 31 // above SQLITE_MAX_LENGTH: clamps Open's range
@@ -64,7 +64,7 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	}
 	busy := opts.BusyTimeout
 	if busy <= 0 {
-		busy = defaultBusyTimeout
+		busy = DefaultTimeout
 	}
 	conns := opts.MaxOpenConns
 	if conns <= 0 {

@@ -7,7 +7,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
+
+// DefaultTimeout is the one default bound on a store call: the handler's
+// store_timeout, the cache's shared calls (CacheOptions.Timeout) and the
+// SQLite busy wait (SQLiteOptions.BusyTimeout) all default to it. A store
+// slower than this is a fault the client is asked to retry.
+const DefaultTimeout = 5 * time.Second
 
 // ErrNotFound means the store has no record of the segment id (§4 step 1,
 // or an object removed by a lifecycle rule). Every other error a Store
@@ -71,6 +78,25 @@ type Store interface {
 	Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// Revalidator is a Store that may answer Lookup from memory (Cached). A
+// caller about to refuse a request on a record asks it for one at least as
+// new as a read started now, so a refusal is never decided on a stale
+// record. fresh is the new record and ok true when one was read; ok is
+// false when rec is already fresh (nothing was read) or the read failed
+// (err).
+type Revalidator interface {
+	Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error)
+}
+
+// Bounded is a Store whose Lookup bounds every read of its backing store
+// by a timeout of its own (Cached: a miss waits on a shared read, detached
+// from the caller, that runs out after SharedTimeout), so a caller needs
+// no timer of its own around Lookup.
+type Bounded interface {
+	// SharedTimeout is the bound (> 0).
+	SharedTimeout() time.Duration
 }
 
 // ValidSegmentID reports whether id is "sha256:" + 64 lowercase hex digits.
