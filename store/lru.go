@@ -5,41 +5,46 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// recordLRU holds records with the time their read began.
+// recordLRU holds records with the time their read began: a
+// golang-lru simplelru under one mutex, which also guards the entries'
+// fields (fetched, served).
 type recordLRU struct {
 	mu      sync.Mutex
-	max     int
-	ll      *list.List // front: most recently used
-	m       map[string]*list.Element
+	c       *simplelru.LRU[string, *recordEntry] // nil: max <= 0, holds nothing
 	evicted atomic.Int64
 }
 
 type recordEntry struct {
-	id      string
 	rec     *Record
 	fetched time.Time
 	served  bool // returned by a cache hit at least once
 }
 
 func newRecordLRU(max int) *recordLRU {
-	return &recordLRU{max: max, ll: list.New(), m: map[string]*list.Element{}}
+	l := &recordLRU{}
+	if max > 0 {
+		l.c, _ = simplelru.NewLRU[string, *recordEntry](max, nil) // only fails for max <= 0
+	}
+	return l
 }
 
-// get returns the record of id when it was fetched after notBefore.
+// get returns the record of id when it was fetched after notBefore. An
+// entry too old to answer keeps its place in the eviction order.
 func (l *recordLRU) get(id string, notBefore time.Time) (*Record, bool) {
+	if l.c == nil {
+		return nil, false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.m[id]
-	if !ok {
+	ent, ok := l.c.Peek(id)
+	if !ok || !ent.fetched.After(notBefore) {
 		return nil, false
 	}
-	ent := e.Value.(*recordEntry)
-	if !ent.fetched.After(notBefore) {
-		return nil, false
-	}
-	l.ll.MoveToFront(e)
+	l.c.Get(id) // most recently used
 	ent.served = true
 	return ent.rec, true
 }
@@ -48,52 +53,56 @@ func (l *recordLRU) get(id string, notBefore time.Time) (*Record, bool) {
 // cached record of id and a cache hit has handed it out. A record just
 // read by a miss (not yet served from the cache) is not stale.
 func (l *recordLRU) stale(id string, rec *Record) bool {
+	if l.c == nil {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e, ok := l.m[id]
+	ent, ok := l.c.Peek(id)
 	if !ok {
 		return true
 	}
-	ent := e.Value.(*recordEntry)
 	return ent.rec == rec && ent.served
 }
 
 // size returns the byte length of id's record, whatever its age: the
 // length of a content address never changes.
 func (l *recordLRU) size(id string) (int64, bool) {
+	if l.c == nil {
+		return 0, false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.m[id]; ok {
-		return e.Value.(*recordEntry).rec.ByteLength, true
+	if ent, ok := l.c.Peek(id); ok {
+		return ent.rec.ByteLength, true
 	}
 	return 0, false
 }
 
+// put stores rec as id's record, read at fetched, evicting the least
+// recently used record when full.
 func (l *recordLRU) put(id string, rec *Record, fetched time.Time) {
-	if l.max <= 0 {
+	if l.c == nil {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.m[id]; ok {
-		ent := e.Value.(*recordEntry)
+	if ent, ok := l.c.Get(id); ok {
 		ent.rec, ent.fetched, ent.served = rec, fetched, false
-		l.ll.MoveToFront(e)
 		return
 	}
-	l.m[id] = l.ll.PushFront(&recordEntry{id: id, rec: rec, fetched: fetched})
-	for l.ll.Len() > l.max {
-		old := l.ll.Back()
-		l.ll.Remove(old)
-		delete(l.m, old.Value.(*recordEntry).id)
+	if l.c.Add(id, &recordEntry{rec: rec, fetched: fetched}) {
 		l.evicted.Add(1)
 	}
 }
 
 func (l *recordLRU) len() int {
+	if l.c == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.ll.Len()
+	return l.c.Len()
 }
 
 // blobLRU holds verified segment bytes within a byte budget that counts
