@@ -125,8 +125,12 @@ func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
 
 // CacheStats counts cache answers since the store was built.
 type CacheStats struct {
+	// RecordHits and RecordMisses count Lookups answered from memory and
+	// from the store.
 	RecordHits, RecordMisses int64
-	ByteHits, ByteMisses     int64
+	// ByteHits and ByteMisses count Opens answered from the bytes cache
+	// and Opens that filled it (or tried to).
+	ByteHits, ByteMisses int64
 	// PassThrough counts Opens streamed from the store uncached (too
 	// large, length unknown, or no room for a fill).
 	PassThrough int64
@@ -208,35 +212,50 @@ func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
 // errNoRoom: a fill would push the bytes cache over its budget.
 var errNoRoom = errors.New("store: cache: no room")
 
-// Open serves a cached segment from memory. A segment that is not cached
-// but whose length is known (from a recent Lookup) and fits MaxEntry is
-// read whole, once, by one shared call, checked against its id, cached,
-// and served to every concurrent caller. Anything else streams from the
-// inner store.
+// Open serves a segment through the tiers in order: memory (a cached
+// segment, or one whose length is known from a recent Lookup and fits
+// MaxEntry, read whole once by one shared call, checked against its id,
+// cached and served to every concurrent caller), then the inner store,
+// streamed uncached.
 func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
 	if off < 0 {
 		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
 	}
-	if c.opts.MaxBytes > 0 {
-		if b, ok := c.blobs.get(segmentID); ok {
-			c.byteHits.Add(1)
-			return sliceReader(b, off, n), nil
-		}
-		if size, ok := c.records.size(segmentID); ok && size <= c.opts.MaxEntry {
-			c.byteMisses.Add(1)
-			b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
-				return c.fill(sctx, segmentID, size)
-			})
-			if err == nil {
-				return sliceReader(b, off, n), nil
-			}
-			if !errors.Is(err, errNoRoom) {
-				return nil, err
-			}
-		}
+	if rc, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
+		return rc, err
 	}
 	c.passThrough.Add(1)
 	return c.inner.Open(ctx, segmentID, off, n)
+}
+
+// openMemory serves segmentID from the bytes cache, filling it first when
+// the segment fits. ok is false, with no error, when the segment is not
+// for memory (bytes cache off, length unknown, larger than MaxEntry, or
+// no room for a fill): the next tier serves it.
+func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, ok bool, err error) {
+	if c.opts.MaxBytes <= 0 {
+		return nil, false, nil
+	}
+	if b, ok := c.blobs.get(segmentID); ok {
+		c.byteHits.Add(1)
+		return sliceReader(b, off, n), true, nil
+	}
+	size, ok := c.records.size(segmentID)
+	if !ok || size > c.opts.MaxEntry {
+		return nil, false, nil
+	}
+	c.byteMisses.Add(1)
+	b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
+		return c.fill(sctx, segmentID, size)
+	})
+	switch {
+	case err == nil:
+		return sliceReader(b, off, n), true, nil
+	case errors.Is(err, errNoRoom):
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
 }
 
 // fill reads segmentID whole, verifies it and caches it.
@@ -306,8 +325,11 @@ type memBody struct {
 	b []byte
 }
 
+// Bytes returns the unread part of the segment.
 func (m *memBody) Bytes() []byte { return m.b[len(m.b)-m.Len():] }
-func (m *memBody) Close() error  { return nil }
+
+// Close does nothing: the bytes belong to the cache.
+func (m *memBody) Close() error { return nil }
 
 // Interface guards
 var (

@@ -107,6 +107,7 @@ func (l *recordLRU) len() int {
 
 // blobLRU holds verified segment bytes within a byte budget that counts
 // the entries and the fills in progress.
+// Hand-written: golang-lru bounds a count of entries, not bytes with reservations for fills under way.
 type blobLRU struct {
 	mu       sync.Mutex
 	max      int64

@@ -30,27 +30,45 @@ const (
 // Publication is one grant under which a content address was published
 // (PROTOCOL.md §4). Times are epoch milliseconds.
 type Publication struct {
-	Partition     string  `json:"partition"`
-	LogEpoch      string  `json:"logEpoch"`
-	Table         string  `json:"table"`
-	SchemaVersion int64   `json:"schemaVersion"`
-	MediaType     string  `json:"mediaType"`
-	ScopeDigest   string  `json:"scopeDigest"`
-	AsOfCommitSeq int64   `json:"asOfCommitSeq"`
-	RowCount      int64   `json:"rowCount"`
+	// Partition the segment was built from; never logged or sent.
+	Partition string `json:"partition"`
+	// LogEpoch of the partition's commit log the segment belongs to.
+	LogEpoch string `json:"logEpoch"`
+	// Table the segment's rows come from.
+	Table string `json:"table"`
+	// SchemaVersion the rows were written under.
+	SchemaVersion int64 `json:"schemaVersion"`
+	// MediaType is MediaRows or MediaSQLite.
+	MediaType string `json:"mediaType"`
+	// ScopeDigest is the 64-hex SHA-256 of the effective scopes the
+	// segment was built for; a token's sd must equal it.
+	ScopeDigest string `json:"scopeDigest"`
+	// AsOfCommitSeq is the commit the segment is a snapshot at.
+	AsOfCommitSeq int64 `json:"asOfCommitSeq"`
+	// RowCount is the number of rows in the segment.
+	RowCount int64 `json:"rowCount"`
+	// RowCursor and NextRowCursor bound the rows of a chunked snapshot
+	// (nil: the first chunk, or the last).
 	RowCursor     *string `json:"rowCursor"`
 	NextRowCursor *string `json:"nextRowCursor"`
-	ByteLength    int64   `json:"byteLength"`
-	CreatedAtMs   int64   `json:"createdAtMs"`
-	ExpiresAtMs   int64   `json:"expiresAtMs"`
+	// ByteLength is the segment's size in bytes.
+	ByteLength int64 `json:"byteLength"`
+	// CreatedAtMs is when the publication was written.
+	CreatedAtMs int64 `json:"createdAtMs"`
+	// ExpiresAtMs is when the grant ends (§4: live while now < it).
+	ExpiresAtMs int64 `json:"expiresAtMs"`
 }
 
 // Record is what a store knows about one segment id: its size, its media
 // type and every publication of it (explicit or derived, §4).
 type Record struct {
-	SegmentID    string
-	ByteLength   int64
-	MediaType    string
+	// SegmentID is the content address: "sha256:" + 64 lowercase hex.
+	SegmentID string
+	// ByteLength is the segment's size in bytes.
+	ByteLength int64
+	// MediaType is MediaRows or MediaSQLite.
+	MediaType string
+	// Publications are the grants the segment is published under.
 	Publications []Publication
 
 	// Fenced is true when the store knows each partition's current
