@@ -171,11 +171,12 @@ func copyBody(w io.Writer, body io.Reader, n int64) (int64, error) {
 	return io.CopyN(w, body, n)
 }
 
-// lookupContext bounds a record lookup by store_timeout. Through the cache
-// no timer is needed: a hit never waits, and a miss waits on a shared read
-// the cache bounds by the same timeout (504 when it runs out).
+// lookupContext bounds a record lookup by store_timeout. A store that
+// bounds its own reads (the cache: a hit never waits, a miss waits on a
+// shared read bounded by the same timeout, 504 when it runs out) needs no
+// timer.
 func (h *Handler) lookupContext(parent context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := h.store.(*store.Cached); ok {
+	if b, ok := h.store.(store.Bounded); ok && b.SharedTimeout() <= time.Duration(h.StoreTimeout) {
 		return parent, func() {}
 	}
 	return h.storeContext(parent)
@@ -200,11 +201,11 @@ func (h *Handler) presignURL(parent context.Context, g grant) (string, time.Time
 // granted at once). ok is false when rec is already fresh, or when the
 // store cannot be read now (the decision then stands on rec).
 func (h *Handler) revalidate(ctx context.Context, segID string, rec *store.Record) (*store.Record, bool) {
-	c, ok := h.store.(*store.Cached)
+	rv, ok := h.store.(store.Revalidator)
 	if !ok {
 		return rec, false
 	}
-	fresh, ok, err := c.Revalidate(ctx, segID, rec)
+	fresh, ok, err := rv.Revalidate(ctx, segID, rec)
 	if err != nil || !ok || fresh == nil {
 		return rec, false
 	}

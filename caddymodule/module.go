@@ -242,7 +242,7 @@ func (h *Handler) setDefaults() error {
 		h.PresignTTL = caddy.Duration(60 * time.Second)
 	}
 	if h.StoreTimeout == 0 {
-		h.StoreTimeout = caddy.Duration(5 * time.Second)
+		h.StoreTimeout = caddy.Duration(store.DefaultTimeout)
 	}
 	if h.MaxTokenLength == 0 {
 		h.MaxTokenLength = presign.DefaultMaxTokenLen
