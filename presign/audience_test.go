@@ -3,6 +3,7 @@ package presign
 import (
 	"encoding/base64"
 	"encoding/hex"
+	"strconv"
 	"testing"
 )
 
@@ -68,4 +69,36 @@ func TestTemplateAudience(t *testing.T) {
 			t.Errorf("TemplateAudience(%q).Derive(%q) = %q, want %q", tt.tmpl, tt.partition, got, tt.want)
 		}
 	}
+}
+
+// BenchmarkHMACAudienceDerive measures Derive for one partition asked
+// again and again (hit) and for partitions cycled over a set far larger
+// than any cache (miss).
+func BenchmarkHMACAudienceDerive(b *testing.B) {
+	a, err := HMACAudience(testKey, "hex")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hit", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if a.Derive("p1") != audHMACp1 {
+				b.Fatal("wrong audience")
+			}
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		parts := make([]string, 1<<16)
+		for i := range parts {
+			parts[i] = "partition-" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if len(a.Derive(parts[i%len(parts)])) != 64 {
+				b.Fatal("wrong audience length")
+			}
+			i++
+		}
+	})
 }
