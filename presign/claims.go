@@ -342,6 +342,10 @@ func (d *claimsDecoder) str() (start, end int, escaped, ok bool) {
 	d.i++ // '"'
 	start = d.i
 	for d.i < len(d.s) {
+		if !strSpecial[d.s[d.i]] {
+			d.i++
+			continue
+		}
 		switch c := d.s[d.i]; {
 		case c == '"':
 			end = d.i
@@ -371,6 +375,16 @@ func (d *claimsDecoder) str() (start, end int, escaped, ok bool) {
 	}
 	return 0, 0, false, false
 }
+
+// strSpecial marks the bytes str must look at: '"', '\\' and the
+// control characters a string literal may not contain.
+var strSpecial = func() (t [256]bool) {
+	for c := range 0x20 {
+		t[c] = true
+	}
+	t['"'], t['\\'] = true, true
+	return t
+}()
 
 // number validates -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at d.i.
 func (d *claimsDecoder) number() bool {
