@@ -369,8 +369,6 @@ func (d *claimsDecoder) str() (start, end int, escaped, ok bool) {
 			default:
 				return 0, 0, false, false
 			}
-		default:
-			d.i++
 		}
 	}
 	return 0, 0, false, false
@@ -423,7 +421,7 @@ func (d *claimsDecoder) number() bool {
 	return true
 }
 
-// hex4 reads the four hex digits at s[i:].
+// hex4 reads the four hex digits at s[i:] (jsonParser uses it too).
 func hex4(s string, i int) (rune, bool) {
 	if i+4 > len(s) {
 		return 0, false
