@@ -88,8 +88,9 @@ func (c *Claims) Raw() map[string]any {
 	return m
 }
 
-// Verifier checks tokens against a fixed set of keys. It is immutable
-// after construction and safe for concurrent use.
+// Verifier checks tokens against a fixed set of keys. Its configuration
+// is immutable after construction (only its pool of scratch state
+// changes) and it is safe for concurrent use.
 type Verifier struct {
 	keys    [][]byte
 	skew    time.Duration
