@@ -242,8 +242,8 @@ func checkClaims(tb testing.TB, c *Claims, wantJSON json.RawMessage) {
 	if err := json.Unmarshal(wantJSON, &want); err != nil {
 		tb.Fatalf("result.claims: %v", err)
 	}
-	if !reflect.DeepEqual(c.Raw, want) {
-		tb.Errorf("Raw = %#v\nwant  %#v", c.Raw, want)
+	if !reflect.DeepEqual(c.Raw(), want) {
+		tb.Errorf("Raw() = %#v\nwant  %#v", c.Raw(), want)
 	}
 	if c.Seg != want["seg"] || c.SD != want["sd"] || c.Aud != want["aud"] || c.Exp != want["exp"] {
 		tb.Errorf("claims = {Seg:%q SD:%q Aud:%q Exp:%v}, want %v", c.Seg, c.SD, c.Aud, c.Exp, want)

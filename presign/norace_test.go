@@ -1,0 +1,5 @@
+//go:build !race
+
+package presign
+
+const raceEnabled = false
