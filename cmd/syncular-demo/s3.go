@@ -27,12 +27,13 @@ const (
 	demoRegion = "auto" // as R2; the examples default to it
 )
 
-// writeLegacyHeader also puts the record on the bytes object as the
+// writeLegacyHeader would also put the record on the bytes object as the
 // x-amz-meta-syncular-record header (base64url of the same JSON), the
-// layout of older writers. Edges that read only that header need it; an
-// edge that reads record objects ignores it when the record object
-// exists (PROTOCOL.md §5.2), so both agree.
-const writeLegacyHeader = true
+// layout of older writers. It stays off: this edge reads record objects,
+// and by default it streams (does not redirect) a bytes object that
+// carries the legacy header (PROTOCOL.md §5.2), so with it the redirect
+// site would answer 200 instead of 302.
+const writeLegacyHeader = false
 
 // gateway is a versitygw started by the demo on 127.0.0.1.
 type gateway struct {
@@ -119,9 +120,8 @@ type s3Record struct {
 }
 
 // seedS3 writes the demo's segments the way current reference writers
-// do: the bytes at {prefix}seg/sha256/{hex} without metadata (but see
-// writeLegacyHeader), the record as a plain JSON object at
-// {prefix}rec/sha256/{hex}.json.
+// do: the bytes at {prefix}seg/sha256/{hex} without metadata, the record
+// as a plain JSON object at {prefix}rec/sha256/{hex}.json.
 func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) {
 	image, err := sqliteImage(filepath.Join(dir, "image.tmp.db"))
 	if err != nil {
