@@ -51,7 +51,7 @@ func (d *decision) setDelivery(delivery string) {
 
 // refuse writes a protocol error and records it as the outcome (the debug
 // line is written by finish).
-func (h *Handler) refuse(w http.ResponseWriter, d *decision, e protoError, msg string) {
+func (d *decision) refuse(w http.ResponseWriter, e protoError, msg string) {
 	d.setOutcome(e.code)
 	d.reason = msg
 	d.publish("reason", msg)
@@ -69,7 +69,7 @@ func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, d *decision
 		msg = "request canceled"
 	}
 	h.logger.Warn("segment store fault", zap.String("segment_id", d.segID), zap.String("op", op), zap.Error(err))
-	h.refuse(w, d, e, msg)
+	d.refuse(w, e, msg)
 }
 
 // finish counts the request and writes one debug line per decision:

@@ -76,7 +76,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	}
 	if rr == rangeUnsatisfiable {
 		w.Header().Set("Content-Range", "bytes */"+strconv.FormatInt(size, 10))
-		h.refuse(w, d, errRange, "range not satisfiable")
+		d.refuse(w, errRange, "range not satisfiable")
 		return
 	}
 	status := http.StatusOK
@@ -84,7 +84,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		status = http.StatusPartialContent
 	}
 	if r.Method == http.MethodHead {
-		h.writeBytesHeaders(w, g, br, rr, d)
+		writeBytesHeaders(w, g, br, rr, d)
 		w.WriteHeader(status)
 		return
 	}
@@ -101,7 +101,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			h.refuse(w, d, errNotFound, "segment not found")
+			d.refuse(w, errNotFound, "segment not found")
 		case timedOut:
 			h.storeFault(w, r, d, "open", context.DeadlineExceeded)
 		default:
@@ -110,7 +110,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		return
 	}
 	defer body.Close()
-	h.writeBytesHeaders(w, g, br, rr, d)
+	writeBytesHeaders(w, g, br, rr, d)
 	w.WriteHeader(status)
 	n, err := copyBody(w, body, br.n)
 	h.metrics.via(d.legacy).bytes(n)
@@ -129,7 +129,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 
 // writeBytesHeaders sets the headers of a 200/206 answer and records the
 // grant.
-func (h *Handler) writeBytesHeaders(w http.ResponseWriter, g grant, br byteRange, rr rangeResult, d *decision) {
+func writeBytesHeaders(w http.ResponseWriter, g grant, br byteRange, rr rangeResult, d *decision) {
 	hdr := w.Header()
 	setGrantHeaders(hdr, g, g.maxAge())
 	hdr.Set("Content-Type", "application/octet-stream")

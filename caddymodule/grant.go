@@ -45,7 +45,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 	h.metrics.storeOp(opLookup, d.lookup)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			h.refuse(w, d, errNotFound, "segment not found")
+			d.refuse(w, errNotFound, "segment not found")
 			return grant{}, false
 		}
 		h.storeFault(w, r, d, "lookup", err)
@@ -62,7 +62,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 	}
 	if res.Outcome != store.Granted {
 		e, msg := grantRefusal(res)
-		h.refuse(w, d, e, msg)
+		d.refuse(w, e, msg)
 		return grant{}, false
 	}
 	untilMs := res.UntilMs

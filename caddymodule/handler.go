@@ -34,12 +34,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// 1. Verify: the request's shape, then the token.
 	tokens, signed := stParams(r.URL.RawQuery)
 	if hashHidesToken(r) {
-		h.refuse(w, d, errForbidden, "segment token rejected: '#' in a signed URL")
+		d.refuse(w, errForbidden, "segment token rejected: '#' in a signed URL")
 		return nil
 	}
 	if !signed {
 		if h.Untokened == untokenedReject {
-			h.refuse(w, d, errForbidden, "a signed URL (st parameter) is required")
+			d.refuse(w, errForbidden, "a signed URL (st parameter) is required")
 			return nil
 		}
 		d.setOutcome(outcomeNext)
@@ -47,16 +47,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		h.refuse(w, d, errMethod, "segment downloads accept GET and HEAD only")
+		d.refuse(w, errMethod, "segment downloads accept GET and HEAD only")
 		return nil
 	}
 	if len(tokens) != 1 {
-		h.refuse(w, d, errForbidden, "segment token rejected: more than one st parameter")
+		d.refuse(w, errForbidden, "segment token rejected: more than one st parameter")
 		return nil
 	}
 	segID, ok := segmentFromPath(r.URL)
 	if !ok {
-		h.refuse(w, d, errNotFound, "not a segment id")
+		d.refuse(w, errNotFound, "not a segment id")
 		return nil
 	}
 	d.setSegment(segID)
@@ -71,7 +71,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		if errors.As(err, &te) {
 			msg = te.Error()
 		}
-		h.refuse(w, d, errForbidden, msg)
+		d.refuse(w, errForbidden, msg)
 		return nil
 	}
 	d.aud = claims.Aud
