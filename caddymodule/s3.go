@@ -19,25 +19,27 @@ type S3Config struct {
 	Bucket string `json:"bucket,omitempty"`
 
 	// Region of the bucket, e.g. "us-east-1"; "auto" for R2. Default: the
-	// SDK's (the AWS_REGION environment variable or shared config).
+	// SDK's (the AWS_REGION environment variable or shared config), which
+	// must then name one.
 	Region string `json:"region,omitempty"`
 
 	// Endpoint URL of an S3-compatible service, e.g.
-	// "https://<account>.r2.cloudflarestorage.com". Omit it for AWS S3.
+	// "https://<account>.r2.cloudflarestorage.com". Default: none, the AWS
+	// S3 endpoint of the region.
 	Endpoint string `json:"endpoint,omitempty"`
 
 	// Key prefix the sync server writes under, e.g. "syncular/". Default:
 	// none.
 	Prefix string `json:"prefix,omitempty"`
 
-	// Access key id of static credentials. Omit it and
+	// Access key id of static credentials. Default: none; omit it and
 	// secret_access_key to use the SDK's default credential chain
 	// (environment, shared config, instance role).
 	AccessKeyID string `json:"access_key_id,omitempty"`
 
 	// Secret access key of static credentials; write it as an {env.*} or
 	// {file.*} placeholder, never literally. Errors name this setting,
-	// never its value.
+	// never its value. Default: none (see access_key_id).
 	SecretAccessKey string `json:"secret_access_key,omitempty"`
 
 	// Session token of temporary static credentials. Default: none.
