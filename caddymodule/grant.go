@@ -17,7 +17,6 @@ type grant struct {
 	rec     *store.Record
 	now     time.Time
 	untilMs int64 // epoch ms at which the grant ends
-	slot    int   // index of the key that verified the token
 }
 
 // maxAge is the whole seconds left in the grant (never negative).
@@ -70,7 +69,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 	if end := tokenEndMs(claims.Exp, h.skew); end < untilMs {
 		untilMs = end
 	}
-	return grant{segID: segID, rec: rec, now: now, untilMs: untilMs, slot: d.slot}, true
+	return grant{segID: segID, rec: rec, now: now, untilMs: untilMs}, true
 }
 
 // grantRefusal is the answer and message for a refused grant (§4, §6).
