@@ -94,7 +94,7 @@ func BenchmarkServeHTTPServeHit(b *testing.B) {
 			h := newTestHandler(b, nil, nil)
 			c := store.NewCached(s, benchCacheOptions(h))
 			defer c.Close()
-			h.store = c
+			h.setStore(c)
 			target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 			benchServeHTTP(b, h, target, http.StatusOK, int64(size))
 			b.StopTimer()
@@ -135,7 +135,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 	b.Run("record_cached", func(b *testing.B) {
 		c := store.NewCached(s3s, benchCacheOptions(h))
 		defer c.Close()
-		h.store = c
+		h.setStore(c)
 		benchServeHTTP(b, h, target, http.StatusFound, 0)
 		b.StopTimer()
 		if st := c.Stats(); st.RecordMisses != 1 {
@@ -145,7 +145,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 	// Every request GETs the record object and HEADs the bytes object at
 	// the real versitygw on loopback.
 	b.Run("record_uncached", func(b *testing.B) {
-		h.store = s3s
+		h.setStore(s3s)
 		benchServeHTTP(b, h, target, http.StatusFound, 0)
 	})
 }

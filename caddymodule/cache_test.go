@@ -76,7 +76,7 @@ func TestServeStormCoalesced(t *testing.T) {
 	body := bytes.Repeat([]byte("storm"), 50_000)
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, nil, nil)
-	h.store = store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
+	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	const n = 40
@@ -117,7 +117,7 @@ func TestServeCorruptSegmentIsFault(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	fs.data[id] = []byte("other bytes!!!") // same length, wrong content
 	h := newTestHandler(t, nil, nil)
-	h.store = store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
+	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	for range 2 {
 		rec, _ := serve(t, h, http.MethodGet, target, nil)
@@ -159,7 +159,7 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 				h.Delivery = DeliveryProxy
 				h.Cache = &CacheConfig{MaxEntry: &tc.maxEntry}
 			})
-			h.store = store.NewCached(s3s, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
+			h.setStore(store.NewCached(s3s, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 			defer h.store.Close()
 			target := "/sync/segments/" + url.PathEscape(id) + "?st=" + token(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
 			for _, req := range []struct {
@@ -216,7 +216,7 @@ func TestRefusalRevalidates(t *testing.T) {
 	body := []byte("republished segment")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(-time.Minute))) // expired
 	h := newTestHandler(t, nil, nil)
-	h.store = store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
+	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	rec, _ := serve(t, h, http.MethodGet, target, nil)

@@ -140,7 +140,7 @@ func newTestHandler(t testing.TB, st store.Store, mod func(*Handler)) *Handler {
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h.store = st
+	h.setStore(st)
 	return h
 }
 
