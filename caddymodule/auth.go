@@ -7,7 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // AudienceConfig selects how the audience of a partition is derived: the
@@ -48,7 +48,7 @@ func (h *Handler) buildAuth(repl *caddy.Replacer) error {
 		}
 		keys = append(keys, kb)
 	}
-	h.verifier = presign.NewVerifier(keys, h.skew, h.MaxTokenLength)
+	h.verifier = token.NewVerifier(keys, h.skew, h.MaxTokenLength)
 	aud, err := h.Audience.build(repl, h.weakKeysOK)
 	if err != nil {
 		return err
@@ -72,7 +72,7 @@ func secret(repl *caddy.Replacer, raw, what string, weakOK bool) ([]byte, error)
 	if v == "" {
 		return nil, fmt.Errorf("syncular_segments: %s is empty (check the placeholder or environment variable it names)", what)
 	}
-	b, err := presign.ParseKey(v)
+	b, err := token.ParseKey(v)
 	if err != nil {
 		return nil, fmt.Errorf("syncular_segments: %s: %v", what, err)
 	}
@@ -138,7 +138,7 @@ func checkKeyStrength(b []byte) error {
 	return nil
 }
 
-func (a *AudienceConfig) build(repl *caddy.Replacer, weakOK bool) (presign.Audience, error) {
+func (a *AudienceConfig) build(repl *caddy.Replacer, weakOK bool) (token.Audience, error) {
 	if a == nil {
 		return nil, errors.New("syncular_segments: an audience rule is required (audience template <text> or audience hmac_sha256 <key>)")
 	}
@@ -150,13 +150,13 @@ func (a *AudienceConfig) build(repl *caddy.Replacer, weakOK bool) (presign.Audie
 		if !strings.Contains(a.Template, "{partition}") {
 			return nil, errors.New("syncular_segments: audience template must contain {partition}")
 		}
-		return presign.TemplateAudience(a.Template), nil
+		return token.TemplateAudience(a.Template), nil
 	case "hmac_sha256":
 		key, err := secret(repl, a.Key, "audience hmac_sha256 key", weakOK)
 		if err != nil {
 			return nil, err
 		}
-		aud, err := presign.HMACAudience(key, a.Encoding)
+		aud, err := token.HMACAudience(key, a.Encoding)
 		if err != nil {
 			return nil, fmt.Errorf("syncular_segments: audience hmac_sha256: %v", err)
 		}

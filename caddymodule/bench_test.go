@@ -95,7 +95,7 @@ func BenchmarkServeHTTPServeHit(b *testing.B) {
 			c := store.NewCached(s, benchCacheOptions(h))
 			defer c.Close()
 			h.setStore(c)
-			target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+			target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 			benchServeHTTP(b, h, target, http.StatusOK, int64(size))
 			b.StopTimer()
 			if st := c.Stats(); st.ByteMisses != 1 || st.RecordMisses != 1 {
@@ -127,11 +127,11 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 		h.Store = &StoreConfig{Backend: "s3", S3: &S3Config{Bucket: "bench"}}
 		h.Delivery = DeliveryRedirect
 	})
-	h.presigner, err = presign.NewS3PresignerForStore(s3s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+	h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	b.Run("record_cached", func(b *testing.B) {
 		c := store.NewCached(s3s, benchCacheOptions(h))
 		defer c.Close()

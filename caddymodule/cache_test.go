@@ -77,7 +77,7 @@ func TestServeStormCoalesced(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, nil, nil)
 	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	const n = 40
 	var wg sync.WaitGroup
@@ -118,7 +118,7 @@ func TestServeCorruptSegmentIsFault(t *testing.T) {
 	fs.data[id] = []byte("other bytes!!!") // same length, wrong content
 	h := newTestHandler(t, nil, nil)
 	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	for range 2 {
 		rec, _ := serve(t, h, http.MethodGet, target, nil)
 		wantError(t, rec, http.StatusServiceUnavailable, "edge.store_unavailable")
@@ -161,7 +161,7 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 			})
 			h.setStore(store.NewCached(s3s, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 			defer h.store.Close()
-			target := "/sync/segments/" + url.PathEscape(id) + "?st=" + token(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
+			target := "/sync/segments/" + url.PathEscape(id) + "?st=" + mintToken(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
 			for _, req := range []struct {
 				method, rng string
 				status      int
@@ -217,7 +217,7 @@ func TestRefusalRevalidates(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(-time.Minute))) // expired
 	h := newTestHandler(t, nil, nil)
 	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	rec, _ := serve(t, h, http.MethodGet, target, nil)
 	wantError(t, rec, http.StatusNotFound, "sync.segment_expired")

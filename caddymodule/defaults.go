@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // Every default of the handler's configuration, in one place. The field
@@ -17,10 +18,10 @@ import (
 // store.DefaultMaxEntry, store.DefaultRecordTTL, store.DefaultMaxRecords),
 // applied by CacheConfig.options.
 const (
-	defaultSkew           = presign.DefaultSkew         // skew: 60s, the reference's
+	defaultSkew           = token.DefaultSkew           // skew: 60s, the reference's
 	defaultPresignTTL     = presign.DefaultS3PresignTTL // presign_ttl: 60s
 	defaultStoreTimeout   = store.DefaultTimeout        // store_timeout
-	defaultMaxTokenLength = presign.DefaultMaxTokenLen  // max_token_length: 4096 bytes
+	defaultMaxTokenLength = token.DefaultMaxTokenLen    // max_token_length: 4096 bytes
 	defaultUntokened      = untokenedNext               // untokened
 	defaultLegacyHeaders  = legacyHeadersStream         // legacy_headers
 	defaultPathStyle      = true                        // store s3 path_style

@@ -44,7 +44,7 @@ func TestBodyFailureAborts(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	st := &brokenBodyStore{fakeStore: fs, failAfter: 100 << 10}
 	h := newTestHandler(t, st, nil)
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	t.Run("recorder", func(t *testing.T) {
 		panicked := func() (p any) {
@@ -128,7 +128,7 @@ func TestRefusalsCarryNoSuccessHeaders(t *testing.T) {
 	body := []byte("refused after the grant")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	check := func(name string, rec *httptest.ResponseRecorder, status int, code string) {
 		t.Helper()
@@ -171,7 +171,7 @@ func TestDecisionCountedWithoutReplacer(t *testing.T) {
 	h := newTestHandler(t, fs, nil)
 	h.metrics = newHandlerMetrics(moduleCollectors(), unknownServer, "sqlite", h.Delivery, len(h.Keys))
 	before := requestsOf("sync.forbidden", "serve")
-	req := httptest.NewRequest(http.MethodGet, "/sync/segments/"+id+"?st="+token(id, digestB, "aud:p1", testNow.Add(time.Minute)), nil)
+	req := httptest.NewRequest(http.MethodGet, "/sync/segments/"+id+"?st="+mintToken(id, digestB, "aud:p1", testNow.Add(time.Minute)), nil)
 	rec := httptest.NewRecorder()
 	if err := h.ServeHTTP(rec, req, nextHandler); err != nil {
 		t.Fatal(err)

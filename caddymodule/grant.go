@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // grant is a request that passed every check.
@@ -35,7 +35,7 @@ func (g grant) etag() string { return `"` + g.segID + `"` }
 // a fresh record only: when the record may have come from the cache, it is
 // re-read and the grant asked again. On refusal the answer is written and
 // ok is false.
-func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *presign.Claims, now time.Time) (g grant, ok bool) {
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *token.Claims, now time.Time) (g grant, ok bool) {
 	ctx, cancel := h.lookupContext(r.Context())
 	start := time.Now()
 	rec, err := h.store.Lookup(ctx, segID)
@@ -77,9 +77,9 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 func grantRefusal(res store.GrantResult) (protoError, string) {
 	switch res.Reason {
 	case store.ReasonScope:
-		return errForbidden, "segment token rejected: " + presign.ReasonScope
+		return errForbidden, "segment token rejected: " + token.ReasonScope
 	case store.ReasonAudience:
-		return errForbidden, "segment token rejected: " + presign.ReasonAudience
+		return errForbidden, "segment token rejected: " + token.ReasonAudience
 	case store.ReasonFenced:
 		return errNotFound, "segment not found: fenced by the partition registry"
 	case store.ReasonOvertaken:

@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // Outcomes published in {http.syncular.outcome} and the debug log, besides
@@ -66,7 +66,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d.setSlot(slot)
 	h.metrics.verification(slot)
 	if err != nil {
-		var te *presign.Error
+		var te *token.Error
 		msg := "segment token rejected: malformed token"
 		if errors.As(err, &te) {
 			msg = te.Error()

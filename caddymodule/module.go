@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 func init() {
@@ -106,9 +107,9 @@ type Handler struct {
 	Cache *CacheConfig `json:"cache,omitempty"`
 
 	skew      time.Duration // Skew resolved (default applied)
-	verifier  *presign.Verifier
+	verifier  *token.Verifier
 	presigner *presign.S3Presigner
-	audience  presign.Audience
+	audience  token.Audience
 	store     store.Store
 	reval     store.Revalidator // the store's refusal re-read; nil: none
 	// lookupBounded: the store bounds its own lookups (no timer needed).

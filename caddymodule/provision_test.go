@@ -204,7 +204,7 @@ func TestSkewZeroIsZero(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newTestHandler(t, fs, func(h *Handler) { h.Skew = c.skew })
-			rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token(id, digestA, "aud:p1", testNow.Add(-c.past)), nil)
+			rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+mintToken(id, digestA, "aud:p1", testNow.Add(-c.past)), nil)
 			if c.status == 403 {
 				wantError(t, rec, 403, "sync.forbidden")
 			} else if rec.Code != c.status {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // Helpers of the tests that run the committed configs (examples/, README
@@ -141,7 +141,7 @@ func putSegments(t *testing.T, srv *s3test.Server, bucket, partition, digest str
 // derives for partition.
 func hmacAud(t testing.TB, key []byte, partition string) string {
 	t.Helper()
-	a, err := presign.HMACAudience(key, "hex")
+	a, err := token.HMACAudience(key, "hex")
 	if err != nil {
 		t.Fatal(err)
 	}

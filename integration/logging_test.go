@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // The shipped configurations must keep every credential out of every log
@@ -137,8 +137,8 @@ func TestLogExampleNoToken(t *testing.T) {
 	segKeyCfg, segKey := key32(t)
 	audKeyCfg, audKey := key32(t)
 	partition := "p-" + randKey(t)[:12]
-	aud, _ := presign.HMACAudience(audKey, "hex")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"log-check"}})
+	aud, _ := token.HMACAudience(audKey, "hex")
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"log-check"}})
 	body := []byte("SSG2 segment bytes for the log check")
 	dbPath, id := seedOne(t, partition, digest, body)
 
@@ -152,8 +152,8 @@ func TestLogExampleNoToken(t *testing.T) {
 		"SYNCULAR_ACCESS_LOG={{DIR}}/access.log",
 	)
 	exp := time.Now().Add(15 * time.Minute).Unix()
-	tok := presign.Sign(segKey, id, digest, aud.Derive(partition), exp)
-	badTok := presign.Sign([]byte("not-the-segment-key-0123456789ab"), id, digest, aud.Derive(partition), exp)
+	tok := token.Sign(segKey, id, digest, aud.Derive(partition), exp)
+	badTok := token.Sign([]byte("not-the-segment-key-0123456789ab"), id, digest, aud.Derive(partition), exp)
 	seg := "/sync/segments/" + id
 	host := fmt.Sprintf("127.0.0.1:%d", c.Port)
 
@@ -204,7 +204,7 @@ func TestLogS3RedirectNoPresignedURL(t *testing.T) {
 	segKeyCfg, segKey := key32(t)
 	audKeyCfg, audKey := key32(t)
 	partition := "p-" + randKey(t)[:12]
-	aud, _ := presign.HMACAudience(audKey, "hex")
+	aud, _ := token.HMACAudience(audKey, "hex")
 	digest := strings.Repeat("d", 64)
 	body := randomBytes(t, 5000)
 	id := s3test.SegmentID(body)
@@ -225,7 +225,7 @@ func TestLogS3RedirectNoPresignedURL(t *testing.T) {
 		"SYNCULAR_UPSTREAM="+deadAddr(t),
 		"SYNCULAR_ACCESS_LOG={{DIR}}/access.log",
 	)
-	tok := presign.Sign(segKey, id, digest, aud.Derive(partition), time.Now().Add(15*time.Minute).Unix())
+	tok := token.Sign(segKey, id, digest, aud.Derive(partition), time.Now().Add(15*time.Minute).Unix())
 	r := do(t, "GET", c.Base+"/sync/segments/"+id+"?st="+tok, nil)
 	loc, err := url.Parse(r.Header.Get("Location"))
 	if r.Status != 302 || err != nil || loc.Query().Get("X-Amz-Signature") == "" {

@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // The bucket the demo writes and examples/demo-s3.Caddyfile reads.
@@ -132,7 +132,7 @@ func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) 
 	var segs []demoSegment
 	for _, in := range demoInputs(image) {
 		id := segmentID(in.body)
-		digest := presign.ScopeDigest(in.scopes)
+		digest := token.ScopeDigest(in.scopes)
 		rec, err := json.Marshal(s3Record{
 			SegmentID: id, Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1,
 			MediaType: in.media, ScopeDigest: digest, AsOfCommitSeq: 42, RowCount: 3,
