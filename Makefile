@@ -7,9 +7,9 @@ export SYNCULAR_CADDY     := $(CURDIR)/bin/caddy
 export VERSITYGW          := $(CURDIR)/.tools/bin/versitygw
 export SYNCULAR_CADDY_PLAIN := $(CURDIR)/bin/caddy-plain
 
-UNIT_PKGS := ./presign/... ./store/... ./caddymodule/... ./internal/...
+UNIT_PKGS := ./token/... ./presign/... ./store/... ./caddymodule/... ./compress/... ./internal/... ./cmd/...
 
-.PHONY: all caddy caddy-plain tools demo test vet unit race vectors integration fuzz bench clean
+.PHONY: all caddy caddy-plain tools demo demo-s3 test vet unit race vectors integration fuzz bench clean
 
 all: caddy
 
@@ -26,9 +26,19 @@ caddy-plain:
 	scripts/tools.sh xcaddy
 	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -plain -o bin/caddy-plain
 
-## demo: seed a SQLite store, run Caddy with the example config, print signed URLs
+## demo: seed a SQLite store, run Caddy with the example config, print signed
+## URLs, the metrics URL and an inspect command; keys in .demo/keys.env
+# The demo runs as a built binary, not under `go run`, so that Ctrl-C
+# ends it with status 0 (`go run` reports an interrupted child as failed).
 demo: caddy
-	$(GO) run ./cmd/syncular-demo
+	$(GO) build -o bin/syncular-demo ./cmd/syncular-demo
+	bin/syncular-demo
+
+## demo-s3: the same with segments in a versitygw bucket (redirect and proxy sites)
+demo-s3: caddy
+	scripts/tools.sh versitygw
+	$(GO) build -o bin/syncular-demo ./cmd/syncular-demo
+	bin/syncular-demo -s3
 
 ## test: everything CI runs: vet, unit (with -race), vectors, fuzz smoke, integration
 test: vet unit fuzz integration
@@ -60,7 +70,7 @@ integration: caddy caddy-plain
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
 bench: caddy caddy-plain
-	scripts/tools.sh versitygw hey
+	scripts/tools.sh versitygw hey vegeta
 	$(GO) run ./bench/load -o bench/RESULTS.md
 
 clean:

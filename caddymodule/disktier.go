@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -15,7 +14,6 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/disk"
@@ -115,24 +113,25 @@ func releaseDisk(key string) error {
 	return err
 }
 
-// unmarshalDiskSub parses the disk tier's subdirectives of cache {}:
+// parseDiskSub parses the disk tier's subdirectives of cache {}:
 //
 //	disk           <dir>|off  # default: <Caddy data dir>/syncular/segments
 //	disk_max_bytes <size>     # default 4GiB; 0 turns the disk tier off
-func unmarshalDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
-	if !d.NextArg() {
-		return d.ArgErr()
+func parseDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
+	v, err := oneArg(d)
+	if err != nil {
+		return err
 	}
 	switch sub {
 	case "disk":
-		c.Disk = d.Val()
+		c.Disk = v
 	case "disk_max_bytes":
-		n, err := humanize.ParseBytes(d.Val())
+		n, err := humanize.ParseBytes(v)
 		if err != nil || n > 1<<50 {
-			return d.Errf("cache: disk_max_bytes: bad size %q", d.Val())
+			return d.Errf("cache: disk_max_bytes: bad size %q", v)
 		}
-		v := int64(n)
-		c.DiskMaxBytes = &v
+		size := int64(n)
+		c.DiskMaxBytes = &size
 	}
 	return nil
 }
@@ -152,26 +151,15 @@ func sendfileReader(body io.Reader, n int64) *io.LimitedReader {
 	return lr
 }
 
-// abortBody ends a response whose body failed after its headers were
-// sent: the connection is closed (HTTP/2: the stream reset) so the client
-// sees a truncated body, never a clean end of wrong or missing bytes.
-// net/http recovers http.ErrAbortHandler without logging it, and Caddy's
-// server does not recover it: its deferred access log line (filtered as
-// configured) is the only log of the request. Bytes that do not match
-// their id are a store fault worth a warning (the error names the segment
-// id only: no partition, no token).
-func (h *Handler) abortBody(segID string, err error) {
-	switch {
-	case errors.Is(err, store.ErrCorruptSegment), errors.Is(err, disk.ErrHashMismatch),
-		errors.Is(err, disk.ErrSizeMismatch):
+// warnCorrupt logs, as a store fault, a body that failed because its
+// bytes do not match their id (the response is then aborted). The error
+// names the segment id only: no partition, no token.
+func (h *Handler) warnCorrupt(segID string, err error) {
+	if errors.Is(err, store.ErrCorruptSegment) || errors.Is(err, disk.ErrHashMismatch) ||
+		errors.Is(err, disk.ErrSizeMismatch) {
 		h.logger.Warn("segment bytes from the store do not match their id; response aborted",
 			zap.String("segment_id", segID), zap.Error(err))
-	default:
-		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted; response aborted"); c != nil {
-			c.Write(zap.String("segment_id", segID), zap.Error(err))
-		}
 	}
-	panic(http.ErrAbortHandler)
 }
 
 // diskCollector reports the counters of every live disk tier at scrape

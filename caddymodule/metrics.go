@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncular/caddy-syncular/store"
@@ -20,12 +21,15 @@ import (
 // Prometheus collectors of the module. They are built once per process
 // and registered in the metrics registry of every config that provisions
 // a handler (Caddy builds a new registry per config load), so counts
-// survive reloads. Every series starts with caddy_syncular_.
+// survive reloads. Every series starts with caddy_syncular_. The
+// per-request series carry the server label of Caddy's own HTTP metrics
+// (the name of the http app's server: srv0, srv1... from a Caddyfile), so
+// two sites do not merge into one series.
 type collectors struct {
-	requests      *prometheus.CounterVec   // {outcome, delivery}
-	bytesServed   *prometheus.CounterVec   // {delivery}
-	storeDuration *prometheus.HistogramVec // {backend, op}
-	verifications *prometheus.CounterVec   // {slot}
+	requests      *prometheus.CounterVec   // {server, outcome, delivery}
+	bytesServed   *prometheus.CounterVec   // {server, delivery}
+	storeDuration *prometheus.HistogramVec // {server, backend, op}
+	verifications *prometheus.CounterVec   // {server, slot}
 
 	caches *cacheCollector
 	disks  *diskCollector // disktier.go
@@ -48,21 +52,21 @@ func moduleCollectors() *collectors {
 		collectorsVal = &collectors{
 			requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: ns, Subsystem: sub, Name: "requests_total",
-				Help: "Requests the handler decided, by outcome (granted, not_modified, next, or the error code) and the handler's delivery mode (stream_legacy: a redirect handler streamed an object carrying a legacy record header).",
-			}, []string{"outcome", "delivery"}),
+				Help: "Requests the handler decided, by server, outcome (granted, not_modified, next, or the error code) and the handler's delivery mode (stream_legacy: a redirect handler streamed an object carrying a legacy record header).",
+			}, []string{"server", "outcome", "delivery"}),
 			bytesServed: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: ns, Subsystem: sub, Name: "bytes_served_total",
 				Help: "Segment body bytes written by the edge (serve, proxy and stream_legacy delivery; redirects write none).",
-			}, []string{"delivery"}),
+			}, []string{"server", "delivery"}),
 			storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Namespace: ns, Subsystem: sub, Name: "store_duration_seconds",
 				Help:    "Latency of segment store operations (lookup, open, presign), failures included.",
 				Buckets: storeBuckets,
-			}, []string{"backend", "op"}),
+			}, []string{"server", "backend", "op"}),
 			verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: ns, Subsystem: sub, Name: "token_verifications_total",
 				Help: "Tokens checked, by the 1-based slot of the configured key whose MAC matched (\"none\": no key matched or the token was malformed). Counted even when a later check refused the token.",
-			}, []string{"slot"}),
+			}, []string{"server", "slot"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
 			disks:  newDiskCollector(ns + "_" + sub + "_"),
 		}
@@ -95,7 +99,7 @@ func (c *collectors) register(reg prometheus.Registerer) error {
 // Outcomes a handler can record, resolved to counters at provision so the
 // request path only indexes a map.
 var knownOutcomes = []string{
-	outcomeGranted, outcomeNotModied, outcomeNext,
+	outcomeGranted, outcomeNotModified, outcomeNext,
 	errForbidden.code, errNotFound.code, errExpired.code, errInvalid.code, errMethod.code,
 	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code,
 }
@@ -104,6 +108,7 @@ var knownOutcomes = []string{
 // *handlerMetrics (disable_metrics) records nothing.
 type handlerMetrics struct {
 	c        *collectors
+	server   string
 	delivery string
 	requests map[string]prometheus.Counter
 	served   prometheus.Counter
@@ -118,22 +123,23 @@ type handlerMetrics struct {
 	legacy *handlerMetrics
 }
 
-func newHandlerMetrics(c *collectors, backend, delivery string, keys int) *handlerMetrics {
+func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int) *handlerMetrics {
 	m := &handlerMetrics{
 		c:        c,
+		server:   server,
 		delivery: delivery,
 		requests: make(map[string]prometheus.Counter, len(knownOutcomes)),
-		served:   c.bytesServed.WithLabelValues(delivery),
-		lookup:   c.storeDuration.WithLabelValues(backend, "lookup"),
-		open:     c.storeDuration.WithLabelValues(backend, "open"),
-		presign:  c.storeDuration.WithLabelValues(backend, "presign"),
-		noSlot:   c.verifications.WithLabelValues("none"),
+		served:   c.bytesServed.WithLabelValues(server, delivery),
+		lookup:   c.storeDuration.WithLabelValues(server, backend, "lookup"),
+		open:     c.storeDuration.WithLabelValues(server, backend, "open"),
+		presign:  c.storeDuration.WithLabelValues(server, backend, "presign"),
+		noSlot:   c.verifications.WithLabelValues(server, "none"),
 	}
 	for _, o := range knownOutcomes {
-		m.requests[o] = c.requests.WithLabelValues(o, delivery)
+		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
 	}
 	for i := range keys {
-		m.slots = append(m.slots, c.verifications.WithLabelValues(strconv.Itoa(i+1)))
+		m.slots = append(m.slots, c.verifications.WithLabelValues(server, strconv.Itoa(i+1)))
 	}
 	return m
 }
@@ -142,7 +148,7 @@ func newHandlerMetrics(c *collectors, backend, delivery string, keys int) *handl
 // handler that streams objects carrying a legacy record header.
 func (m *handlerMetrics) withLegacy(backend string, keys int) {
 	if m != nil {
-		m.legacy = newHandlerMetrics(m.c, backend, deliveryStreamLegacy, keys)
+		m.legacy = newHandlerMetrics(m.c, m.server, backend, deliveryStreamLegacy, keys)
 	}
 }
 
@@ -164,7 +170,7 @@ func (m *handlerMetrics) request(outcome string) {
 		ctr.Inc()
 		return
 	}
-	m.c.requests.WithLabelValues(outcome, m.delivery).Inc()
+	m.c.requests.WithLabelValues(m.server, outcome, m.delivery).Inc()
 }
 
 // verification counts a token check by the slot of the key that matched.
@@ -349,7 +355,7 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 			return fmt.Errorf("syncular_segments: registering metrics: %v", err)
 		}
 	}
-	h.metrics = newHandlerMetrics(c, h.Store.Backend, h.Delivery, len(h.Keys))
+	h.metrics = newHandlerMetrics(c, serverName(ctx), h.Store.Backend, h.Delivery, len(h.Keys))
 	if h.streamLegacy {
 		h.metrics.withLegacy(h.Store.Backend, len(h.Keys))
 	}
@@ -362,6 +368,24 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 		h.statsDisk = h.disk
 	}
 	return nil
+}
+
+// unknownServer is the server label outside an http app's server, the
+// value Caddy's own HTTP metrics use in that case.
+const unknownServer = "UNKNOWN"
+
+// serverName is the name of the http app's server this handler belongs
+// to. Caddy's metrics read it from each request's context; it is
+// already in the provision context (the http app provisions every
+// server's routes, error routes and named routes with the server under
+// caddyhttp.ServerCtxKey, and a handler instance belongs to one server),
+// so the label children are resolved here once and counting stays
+// allocation-free.
+func serverName(ctx caddy.Context) string {
+	if srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server); ok && srv != nil && srv.Name() != "" {
+		return srv.Name()
+	}
+	return unknownServer
 }
 
 // cleanupMetrics stops reporting the handler's cache.

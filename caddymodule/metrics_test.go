@@ -2,6 +2,9 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,8 +16,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // metricValue reads a counter or gauge.
@@ -29,14 +33,19 @@ func metricValue(m prometheus.Metric) float64 {
 	return d.Gauge.GetValue()
 }
 
-// counter reads one series of the module's collectors (they are per
-// process, so tests compare differences).
+// requestsOf and slotsOf read one series of the module's collectors
+// (they are per process, so tests compare differences), for handlers
+// provisioned outside an http app's server.
 func requestsOf(outcome, delivery string) float64 {
-	return metricValue(moduleCollectors().requests.WithLabelValues(outcome, delivery))
+	return requestsOn(unknownServer, outcome, delivery)
+}
+
+func requestsOn(server, outcome, delivery string) float64 {
+	return metricValue(moduleCollectors().requests.WithLabelValues(server, outcome, delivery))
 }
 
 func slotsOf(slot string) float64 {
-	return metricValue(moduleCollectors().verifications.WithLabelValues(slot))
+	return metricValue(moduleCollectors().verifications.WithLabelValues(unknownServer, slot))
 }
 
 func TestMetricsCountDecisions(t *testing.T) {
@@ -45,23 +54,23 @@ func TestMetricsCountDecisions(t *testing.T) {
 	id := fs.add(body, store.Publication{Partition: "p1", ScopeDigest: digestA, ExpiresAtMs: testNow.UnixMilli() + 3600_000})
 	old := []byte("edge-old-key/0123456789abcdef")
 	h := newTestHandler(t, fs, func(h *Handler) { h.Keys = []string{string(testKey), string(old)} })
-	h.metrics = newHandlerMetrics(moduleCollectors(), "sqlite", h.Delivery, len(h.Keys))
+	h.metrics = newHandlerMetrics(moduleCollectors(), unknownServer, "sqlite", h.Delivery, len(h.Keys))
 	core, logs := observer.New(zapcore.DebugLevel)
 	h.logger = zap.New(core)
 
 	exp := testNow.Unix() + 600
-	good := presign.Sign(testKey, id, digestA, "aud:p1", exp)
-	oldKey := presign.Sign(old, id, digestA, "aud:p1", exp)
-	expired := presign.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()-120)
-	badMAC := presign.Sign([]byte("unknown"), id, digestA, "aud:p1", exp)
-	wrongAud := presign.Sign(old, id, digestA, "aud:p2", exp)
+	good := token.Sign(testKey, id, digestA, "aud:p1", exp)
+	oldKey := token.Sign(old, id, digestA, "aud:p1", exp)
+	expired := token.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()-120)
+	badMAC := token.Sign([]byte("unknown"), id, digestA, "aud:p1", exp)
+	wrongAud := token.Sign(old, id, digestA, "aud:p2", exp)
 
 	before := map[string]float64{}
 	for _, o := range []string{"granted", "sync.forbidden", "next", "not_modified"} {
 		before[o] = requestsOf(o, "serve")
 	}
 	slot1, slot2, none := slotsOf("1"), slotsOf("2"), slotsOf("none")
-	served := metricValue(moduleCollectors().bytesServed.WithLabelValues("serve"))
+	served := metricValue(moduleCollectors().bytesServed.WithLabelValues(unknownServer, "serve"))
 
 	for _, tok := range []string{good, good, oldKey, expired, badMAC, wrongAud} {
 		serve(t, h, "GET", "/segments/"+id+"?st="+tok, nil)
@@ -95,7 +104,7 @@ func TestMetricsCountDecisions(t *testing.T) {
 	if d := slotsOf("none") - none; d != 2 {
 		t.Errorf("slot none +%v, want +2", d)
 	}
-	if d := metricValue(moduleCollectors().bytesServed.WithLabelValues("serve")) - served; d != float64(3*len(body)) {
+	if d := metricValue(moduleCollectors().bytesServed.WithLabelValues(unknownServer, "serve")) - served; d != float64(3*len(body)) {
 		t.Errorf("bytes_served_total +%v, want %d", d, 3*len(body))
 	}
 
@@ -205,7 +214,7 @@ func TestMetricsDisabled(t *testing.T) {
 		t.Fatalf("disabled: %v %v", err, h.metrics)
 	}
 	before := requestsOf("granted", "serve")
-	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+presign.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+60), nil)
+	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+60), nil)
 	if rec.Code != 200 || requestsOf("granted", "serve") != before {
 		t.Fatalf("disabled metrics counted: %d", rec.Code)
 	}
@@ -220,7 +229,7 @@ func TestMetricsDisabled(t *testing.T) {
 // The request path resolves label children at provision: counting does
 // not allocate.
 func TestMetricsNoAllocs(t *testing.T) {
-	m := newHandlerMetrics(moduleCollectors(), "s3", "redirect", 2)
+	m := newHandlerMetrics(moduleCollectors(), "srv-alloc", "s3", "redirect", 2)
 	m.withLegacy("s3", 2)
 	if n := testing.AllocsPerRun(100, func() {
 		m.request("sync.forbidden")
@@ -264,5 +273,77 @@ func TestCaddyfileOperationsOptions(t *testing.T) {
 			(tc.verify != nil && *h.VerifyStoreOnStart != *tc.verify) {
 			t.Errorf("%q: %v disable=%v verify=%v", tc.in, err, h.DisableMetrics, h.VerifyStoreOnStart)
 		}
+	}
+}
+
+// Two servers of one config each get their own server label, taken
+// from the http app at provision: the children exist (at zero) as soon
+// as the config is provisioned, one set per server.
+func TestMetricsServerLabelFromConfig(t *testing.T) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	db := filepath.Join(t.TempDir(), "sync.db")
+	w, err := seed.Create(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	handler := fmt.Sprintf(`{"handler":"syncular_segments","keys":["%s"],"audience":{"kind":"template","template":"aud:{partition}"},"store":{"backend":"sqlite","path":%q},"delivery":"serve"}`, strings.Repeat("k", 32), db)
+	server := func(port int) string {
+		return fmt.Sprintf(`{"listen":["127.0.0.1:%d"],"routes":[{"handle":[%s]}]}`, port, handler)
+	}
+	// Names no other test uses, so the children seen are this config's.
+	cfg := fmt.Sprintf(`{"admin":{"disabled":true},"apps":{"http":{"servers":{"metrics-site-a":%s,"metrics-site-b":%s}}}}`, server(1), server(2))
+	var c caddy.Config
+	if err := json.Unmarshal([]byte(cfg), &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Validate(&c); err != nil {
+		t.Fatal(err)
+	}
+	servers := map[string]bool{}
+	ch := make(chan prometheus.Metric, 1024)
+	go func() { moduleCollectors().requests.Collect(ch); close(ch) }()
+	for m := range ch {
+		var d dto.Metric
+		if err := m.Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "server" && strings.HasPrefix(l.GetValue(), "metrics-site-") {
+				servers[l.GetValue()] = true
+			}
+		}
+	}
+	if len(servers) != 2 || !servers["metrics-site-a"] || !servers["metrics-site-b"] {
+		t.Fatalf("server labels %v, want metrics-site-a and metrics-site-b", servers)
+	}
+
+	// Outside an http app (no server in the context): Caddy's UNKNOWN.
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	if got := serverName(ctx); got != unknownServer {
+		t.Fatalf("server outside an http app %q, want %q", got, unknownServer)
+	}
+}
+
+// Requests through handlers of two servers count apart.
+func TestMetricsServerLabelCountsApart(t *testing.T) {
+	fs := newFakeStore()
+	id := fs.add([]byte("SSG2 two sites"), store.Publication{Partition: "p1", ScopeDigest: digestA, ExpiresAtMs: testNow.UnixMilli() + 3600_000})
+	sites := map[string]*Handler{}
+	for _, name := range []string{"count-site-a", "count-site-b"} {
+		h := newTestHandler(t, fs, nil)
+		h.metrics = newHandlerMetrics(moduleCollectors(), name, "sqlite", h.Delivery, len(h.Keys))
+		sites[name] = h
+	}
+	aBefore, bBefore := requestsOn("count-site-a", "granted", "serve"), requestsOn("count-site-b", "granted", "serve")
+	tok := token.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+600)
+	for range 3 {
+		serve(t, sites["count-site-a"], "GET", "/segments/"+id+"?st="+tok, nil)
+	}
+	serve(t, sites["count-site-b"], "GET", "/segments/"+id+"?st="+tok, nil)
+	if a, b := requestsOn("count-site-a", "granted", "serve")-aBefore, requestsOn("count-site-b", "granted", "serve")-bBefore; a != 3 || b != 1 {
+		t.Fatalf("granted: site a +%v, site b +%v, want +3 and +1", a, b)
 	}
 }

@@ -24,7 +24,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // Large segments (issue 14): segments above max_entry are filled once into
@@ -82,7 +82,7 @@ func startLarge(t *testing.T, store, disk string, key []byte, env ...string) lar
 }
 
 func (e largeEdge) url(id string) string {
-	tok := presign.Sign(e.key, id, hardDigest, hardAud, time.Now().Add(time.Hour).Unix())
+	tok := token.Sign(e.key, id, hardDigest, hardAud, time.Now().Add(time.Hour).Unix())
 	return e.c.Base + "/segments/" + id + "?st=" + tok
 }
 

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // metricsSite runs two syncular_segments handlers (so the second
@@ -59,17 +61,17 @@ http://127.0.0.1:{{PORT}} {
 // endpoint; then reloads and checks that the counts carry on.
 func TestMetricsEndpoint(t *testing.T) {
 	body := []byte("SSG2 metrics test segment; the bytes are what the client hashes")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"u1"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"u1"}})
 	dbPath, id := seedOne(t, "tenant-p1", digest, body)
 
 	keyNew, keyOld, audKey := "metrics-key-new-7f3a", "metrics-key-old-19c2", "metrics-aud-key-55e1"
-	aud, _ := presign.HMACAudience([]byte(audKey), "hex")
+	aud, _ := token.HMACAudience([]byte(audKey), "hex")
 	audP1, audP2 := aud.Derive("tenant-p1"), aud.Derive("tenant-p2")
 	site := strings.NewReplacer("STORE_PATH", dbPath, "SKEW", "skew 60s").Replace(metricsSite)
 	c := startCaddy(t, site, "SEG_KEY="+keyNew, "SEG_KEY_OLD="+keyOld, "AUD_KEY="+audKey)
 
 	exp, past := time.Now().Unix()+600, time.Now().Unix()-300
-	sign := func(key, a string, e int64) string { return presign.Sign([]byte(key), id, digest, a, e) }
+	sign := func(key, a string, e int64) string { return token.Sign([]byte(key), id, digest, a, e) }
 	var tokens []string
 	get := func(tok string, wantStatus int) {
 		t.Helper()
@@ -103,14 +105,14 @@ func TestMetricsEndpoint(t *testing.T) {
 		series string
 		v      float64
 	}{
-		{`caddy_syncular_requests_total{delivery="serve",outcome="granted"}`, 5},
-		{`caddy_syncular_requests_total{delivery="serve",outcome="sync.forbidden"}`, 7},
-		{`caddy_syncular_token_verifications_total{slot="1"}`, 6},
-		{`caddy_syncular_token_verifications_total{slot="2"}`, 3},
-		{`caddy_syncular_token_verifications_total{slot="none"}`, 2},
-		{`caddy_syncular_bytes_served_total{delivery="serve"}`, float64(5 * len(body))},
-		{`caddy_syncular_store_duration_seconds_count{backend="sqlite",op="lookup"}`, 6},
-		{`caddy_syncular_store_duration_seconds_count{backend="sqlite",op="open"}`, 5},
+		{`caddy_syncular_requests_total{delivery="serve",outcome="granted",server="srv0"}`, 5},
+		{`caddy_syncular_requests_total{delivery="serve",outcome="sync.forbidden",server="srv0"}`, 7},
+		{`caddy_syncular_token_verifications_total{server="srv0",slot="1"}`, 6},
+		{`caddy_syncular_token_verifications_total{server="srv0",slot="2"}`, 3},
+		{`caddy_syncular_token_verifications_total{server="srv0",slot="none"}`, 2},
+		{`caddy_syncular_bytes_served_total{delivery="serve",server="srv0"}`, float64(5 * len(body))},
+		{`caddy_syncular_store_duration_seconds_count{backend="sqlite",op="lookup",server="srv0"}`, 6},
+		{`caddy_syncular_store_duration_seconds_count{backend="sqlite",op="open",server="srv0"}`, 5},
 	}
 	for _, w := range want {
 		if got, ok := m[w.series]; !ok || got != w.v {
@@ -127,10 +129,10 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	get(sign(keyOld, audP1, exp), 200)
 	m = scrape(t, c)
-	if got := m[`caddy_syncular_requests_total{delivery="serve",outcome="granted"}`]; got != 6 {
+	if got := m[`caddy_syncular_requests_total{delivery="serve",outcome="granted",server="srv0"}`]; got != 6 {
 		t.Fatalf("granted after reload = %v, want 6\n%s", got, dumpSyncular(m))
 	}
-	if got := m[`caddy_syncular_token_verifications_total{slot="2"}`]; got != 4 {
+	if got := m[`caddy_syncular_token_verifications_total{server="srv0",slot="2"}`]; got != 4 {
 		t.Fatalf("slot 2 after reload = %v, want 4", got)
 	}
 
@@ -189,4 +191,87 @@ func dumpSyncular(m map[string]float64) string {
 		}
 	}
 	return b.String()
+}
+
+// twoSites are two sites on two ports (two servers of Caddy's http app,
+// srv0 and srv1 from the adapter), each with its own handler.
+const twoSites = `{
+	admin 127.0.0.1:{{ADMIN}}
+	default_bind 127.0.0.1
+}
+
+http://127.0.0.1:{{PORT}} {
+	syncular_segments /segments/* {
+		key {env.SEG_KEY}
+		audience hmac_sha256 {env.AUD_KEY}
+		store sqlite STORE_PATH
+	}
+	respond 404
+}
+
+http://127.0.0.1:PORT2 {
+	syncular_segments /segments/* {
+		key {env.SEG_KEY}
+		audience hmac_sha256 {env.AUD_KEY}
+		store sqlite STORE_PATH
+	}
+	respond 404
+}
+`
+
+// TestMetricsPerServer: requests to two sites land in two series of
+// each per-request metric, told apart by the server label.
+func TestMetricsPerServer(t *testing.T) {
+	body := []byte("SSG2 per-server metrics segment")
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"u1"}})
+	dbPath, id := seedOne(t, "tenant-p1", digest, body)
+	segKey, audKey := randomKey(t), randomKey(t)
+	port2 := freePort(t)
+	site := strings.NewReplacer("STORE_PATH", dbPath, "PORT2", strconv.Itoa(port2)).Replace(twoSites)
+	c := startCaddy(t, site, "SEG_KEY="+segKey, "AUD_KEY="+audKey)
+
+	aud, _ := token.HMACAudience([]byte(audKey), "hex")
+	tok := token.Sign([]byte(segKey), id, digest, aud.Derive("tenant-p1"), time.Now().Unix()+600)
+	first, second := c.Base, fmt.Sprintf("http://127.0.0.1:%d", port2)
+	for _, base := range []string{first, first, second} {
+		if r := do(t, "GET", base+"/segments/"+id+"?st="+tok, nil); r.Status != 200 {
+			t.Fatalf("%s: %d %s", base, r.Status, r.Body)
+		}
+	}
+
+	m := scrape(t, c)
+	granted := regexp.MustCompile(`^caddy_syncular_requests_total\{delivery="serve",outcome="granted",server="([^"]+)"\}$`)
+	bytes := regexp.MustCompile(`^caddy_syncular_bytes_served_total\{delivery="serve",server="([^"]+)"\}$`)
+	byServer, bytesByServer := map[string]float64{}, map[string]float64{}
+	for series, v := range m {
+		if sm := granted.FindStringSubmatch(series); sm != nil {
+			byServer[sm[1]] = v
+		}
+		if sm := bytes.FindStringSubmatch(series); sm != nil {
+			bytesByServer[sm[1]] = v
+		}
+	}
+	if len(byServer) != 2 {
+		t.Fatalf("granted series by server %v, want two server label values\n%s", byServer, dumpSyncular(m))
+	}
+	var counts []float64
+	for server, v := range byServer {
+		counts = append(counts, v)
+		if want := v * float64(len(body)); bytesByServer[server] != want {
+			t.Errorf("bytes_served_total{server=%q} = %v, want %v", server, bytesByServer[server], want)
+		}
+	}
+	if !(counts[0] == 2 && counts[1] == 1) && !(counts[0] == 1 && counts[1] == 2) {
+		t.Fatalf("granted by server %v, want 2 on one site and 1 on the other", byServer)
+	}
+}
+
+// randomKey is a fresh 32-byte key, hex-encoded (used as text, 64 bytes).
+func randomKey(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
 }

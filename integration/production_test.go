@@ -10,13 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // recordingUpstream is a stand-in sync server that remembers every path
@@ -125,7 +126,7 @@ func TestProductionExample(t *testing.T) {
 	cfg := examplePath(t, "production", "Caddyfile")
 	srv := s3test.Start(t, s3test.WithRegion("auto"))
 	srv.CreateBucket(t, "segments")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"prod-example"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"prod-example"}})
 	const partition = "tenant-prod-7f3a"
 	segs := putSegments(t, srv, "segments", partition, digest, 1, 300_000)
 	seg := segs[0]
@@ -174,8 +175,8 @@ func TestProductionExample(t *testing.T) {
 			}
 
 			exp := time.Now().Add(15 * time.Minute).Unix()
-			good := presign.Sign(segKey, seg.id, digest, hmacAud(t, audKey, partition), exp)
-			other := presign.Sign(segKey, seg.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
+			good := token.Sign(segKey, seg.id, digest, hmacAud(t, audKey, partition), exp)
+			other := token.Sign(segKey, seg.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
 			segURL := base + "/sync/segments/" + seg.id
 
 			r, err := get(cl, segURL+"?st="+good, nil)
@@ -219,8 +220,8 @@ func TestProductionExample(t *testing.T) {
 			// endpoint; the public site hands /metrics to the sync server.
 			for _, u := range []string{"http://" + metricsAddr + "/metrics", "http://" + adminAddr + "/metrics"} {
 				m := do(t, "GET", u, nil)
-				want := fmt.Sprintf(`caddy_syncular_requests_total{delivery=%q,outcome="granted"} 1`, delivery)
-				if m.Status != 200 || !strings.Contains(string(m.Body), want) {
+				want := fmt.Sprintf(`(?m)^caddy_syncular_requests_total\{delivery=%q,outcome="granted",server="srv\d+"\} 1$`, delivery)
+				if m.Status != 200 || !regexp.MustCompile(want).Match(m.Body) {
 					t.Errorf("%s: %d, no %s", u, m.Status, want)
 				}
 			}

@@ -12,6 +12,7 @@ mkdir -p "$TOOLS/bin"
 XCADDY_VERSION=v0.4.5
 VERSITYGW_VERSION=v1.8.0
 HEY_VERSION=v0.1.4
+VEGETA_VERSION=v12.13.0
 
 install() { # name module version
 	local name=$1 mod=$2 ver=$3 stamp="$TOOLS/bin/.$1.version"
@@ -41,6 +42,7 @@ for t in "${want[@]}"; do
 	xcaddy) install xcaddy github.com/caddyserver/xcaddy/cmd/xcaddy "$XCADDY_VERSION" ;;
 	versitygw) install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" ;;
 	hey) install hey github.com/rakyll/hey "$HEY_VERSION" ;;
+	vegeta) install vegeta github.com/tsenart/vegeta/v12 "$VEGETA_VERSION" ;;
 	chromium) install_chromium ;;
 	*) echo "tools: unknown tool $t" >&2; exit 2 ;;
 	esac

@@ -84,36 +84,60 @@ func WithRegion(r string) Option { return func(o *options) { o.region = r } }
 // cannot be started.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
+	s, err := Launch(t.TempDir(), opts...)
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	s.t = t
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Launch is Start for programs that are not tests (the load benchmark):
+// it runs a fresh server with its data, access log and output under dir
+// (created if missing) on a free port, and returns an error instead of
+// failing a test. The caller stops the server with Stop. Restart needs a
+// server from Start.
+func Launch(dir string, opts ...Option) (*Server, error) {
 	o := options{region: DefaultRegion}
 	for _, fn := range opts {
 		fn(&o)
 	}
-	dir := t.TempDir()
+	bin, err := binary()
+	if err != nil {
+		return nil, err
+	}
+	ak, err := randHex(6)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := randHex(20)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
-		AccessKey: "s3test" + randHex(t, 6),
-		SecretKey: randHex(t, 20),
+		AccessKey: "s3test" + ak,
+		SecretKey: sk,
 		Region:    o.region,
 		AccessLog: filepath.Join(dir, "access.log"),
-		t:         t,
-		bin:       Binary(t),
+		bin:       bin,
 		dataDir:   filepath.Join(dir, "data"),
 		outPath:   filepath.Join(dir, "versitygw.out"),
 	}
 	if err := os.MkdirAll(s.dataDir, 0o755); err != nil {
-		t.Fatalf("s3test: %v", err)
+		return nil, err
 	}
-	t.Cleanup(s.Stop)
-
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		s.addr = freeAddr(t)
+		if s.addr, err = freeAddr(); err != nil {
+			return nil, err
+		}
 		s.Endpoint = "http://" + s.addr
 		if lastErr = s.start(); lastErr == nil {
-			return s
+			return s, nil
 		}
 	}
-	t.Fatalf("s3test: versitygw did not start: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("versitygw did not start: %w", lastErr)
 }
 
 // Stop kills the server (SIGTERM, then SIGKILL after 5 s) and waits for
@@ -138,6 +162,9 @@ func (s *Server) Stop() {
 // Restart stops the server and starts it again on the same port with the
 // same data, so objects survive.
 func (s *Server) Restart() {
+	if s.t == nil {
+		panic("s3test: Restart needs a server from Start")
+	}
 	s.t.Helper()
 	s.Stop()
 	if err := s.start(); err != nil {
@@ -435,29 +462,40 @@ var (
 // once when it is missing. It calls t.Fatal when none can be had.
 func Binary(t testing.TB) string {
 	t.Helper()
+	bin, err := binary()
+	if err != nil {
+		t.Fatalf("s3test: %v", err)
+	}
+	return bin
+}
+
+func binary() (string, error) {
 	if p := os.Getenv("VERSITYGW"); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("s3test: $VERSITYGW: %v", err)
+			return "", fmt.Errorf("$VERSITYGW: %w", err)
 		}
-		return p
+		return p, nil
 	}
-	root := repoRoot(t)
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
 	bin := filepath.Join(root, ".tools", "bin", "versitygw")
 	if isExecutable(bin) {
-		return bin
+		return bin, nil
 	}
 	installMu.Lock()
 	defer installMu.Unlock()
 	if !installDone && !isExecutable(bin) {
 		installDone = true
 		if err := install(root); err != nil {
-			t.Fatalf("s3test: installing versitygw: %v", err)
+			return "", fmt.Errorf("installing versitygw: %w", err)
 		}
 	}
 	if !isExecutable(bin) {
-		t.Fatalf("s3test: %s missing after scripts/tools.sh versitygw (set VERSITYGW to a versitygw binary)", bin)
+		return "", fmt.Errorf("%s missing after scripts/tools.sh versitygw (set VERSITYGW to a versitygw binary)", bin)
 	}
-	return bin
+	return bin, nil
 }
 
 func install(root string) error {
@@ -492,39 +530,37 @@ func isExecutable(p string) bool {
 
 // repoRoot walks up from the working directory to the directory holding
 // go.mod.
-func repoRoot(t testing.TB) string {
-	t.Helper()
+func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
-		t.Fatalf("s3test: %v", err)
+		return "", err
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatalf("s3test: no go.mod above the working directory")
+			return "", errors.New("no go.mod above the working directory")
 		}
 		dir = parent
 	}
 }
 
-func freeAddr(t testing.TB) string {
-	t.Helper()
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("s3test: %v", err)
+		return "", err
 	}
 	addr := l.Addr().String()
 	l.Close()
-	return addr
+	return addr, nil
 }
 
-func randHex(t testing.TB, n int) string {
+func randHex(n int) (string, error) {
 	b := make([]byte, n)
 	if _, err := rand.Read(b); err != nil {
-		t.Fatalf("s3test: %v", err)
+		return "", err
 	}
-	return hex.EncodeToString(b)
+	return hex.EncodeToString(b), nil
 }

@@ -1,4 +1,4 @@
-package presign
+package token
 
 import (
 	"strconv"
@@ -286,26 +286,11 @@ func (p *jsonParser) escape(b []byte) ([]byte, bool) {
 
 // hex4 reads four hex digits at p.i.
 func (p *jsonParser) hex4() (rune, bool) {
-	if p.i+4 > len(p.s) {
-		return 0, false
+	r, ok := hex4(p.s, p.i)
+	if ok {
+		p.i += 4
 	}
-	var r rune
-	for _, c := range []byte(p.s[p.i : p.i+4]) {
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			return 0, false
-		}
-		r = r<<4 | rune(d)
-	}
-	p.i += 4
-	return r, true
+	return r, ok
 }
 
 // number parses -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? and converts

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"time"
+)
+
+// Load generators (hey for one URL, vegeta for a targets file) and the
+// ABBA rounds of an edge-versus-plain comparison.
+
+// loadResult is one run of a load generator.
+type loadResult struct {
+	rps      float64     // requests answered (any status) per second of the run
+	codes    map[int]int // HTTP status → responses
+	errors   int         // requests without an HTTP answer
+	requests int         // all requests sent
+}
+
+// A side is one server of a comparison and how to load it.
+type side struct {
+	proc  *proc
+	admin int // its admin port, for -pprof; 0 for none
+	// prepare, if set, runs before each load run, outside the measured
+	// window (e.g. writing a fresh targets file).
+	prepare func() error
+	load    func(d time.Duration) (loadResult, error)
+}
+
+// pair is an edge-versus-plain comparison measured in ABBA rounds: the
+// sides alternate (edge first in even rounds, plain first in odd ones),
+// and medians of requests/s and of server CPU per request are reported.
+type pair struct {
+	id     string  // short id, in logs, raw rounds and profile names
+	name   string  // the row label of the report
+	want   int     // the status every response must have
+	target float64 // minimum edge/plain ratio of medians; 0 for none
+	// tool is the load command, for the report.
+	tool        string
+	edge, plain side
+
+	edgeRPS, plainRPS []float64
+	edgeCPU, plainCPU []float64 // server CPU µs per request
+	bad               int       // responses with another status, or errors
+	maxRequests       int       // the most requests one run sent
+}
+
+// abba warms every side up for 1 s, then runs rounds rounds over pairs.
+func abba(pairs []*pair, rounds int) error {
+	log.Printf("warm-up")
+	for _, p := range pairs {
+		for _, s := range []side{p.edge, p.plain} {
+			if s.prepare != nil {
+				if err := s.prepare(); err != nil {
+					return err
+				}
+			}
+			if _, err := s.load(time.Second); err != nil {
+				return err
+			}
+		}
+	}
+	for round := 0; round < rounds; round++ {
+		for _, p := range pairs {
+			order := []bool{true, false} // edge first
+			if round%2 == 1 {
+				order = []bool{false, true}
+			}
+			for _, isEdge := range order {
+				if err := p.once(round, isEdge); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// once is one measured run of one side of p.
+func (p *pair) once(round int, isEdge bool) error {
+	s, sideName := p.plain, "plain"
+	if isEdge {
+		s, sideName = p.edge, "edge"
+	}
+	if s.prepare != nil {
+		if err := s.prepare(); err != nil {
+			return err
+		}
+	}
+	var prof chan error
+	if isEdge && round == 0 && *flagPprof != "" && s.admin != 0 {
+		prof = make(chan error, 1)
+		go func() {
+			prof <- saveProfile(s.admin, *flagDur-time.Second, filepath.Join(*flagPprof, p.id+"-edge.pprof"))
+		}()
+	}
+	cpu0, err := procCPU(s.proc.pid())
+	if err != nil {
+		return err
+	}
+	r, err := s.load(*flagDur)
+	if err != nil {
+		return err
+	}
+	cpu1, err := procCPU(s.proc.pid())
+	if err != nil {
+		return err
+	}
+	if prof != nil {
+		if err := <-prof; err != nil {
+			log.Printf("pprof: %v", err)
+		}
+	}
+	answered := 0
+	for _, n := range r.codes {
+		answered += n
+	}
+	cpuPer := 0.0
+	if answered > 0 {
+		cpuPer = (cpu1 - cpu0) / float64(answered) * 1e6
+	}
+	p.bad += r.errors
+	for code, n := range r.codes {
+		if code != p.want {
+			p.bad += n
+		}
+	}
+	p.maxRequests = max(p.maxRequests, r.requests)
+	if isEdge {
+		p.edgeRPS = append(p.edgeRPS, r.rps)
+		p.edgeCPU = append(p.edgeCPU, cpuPer)
+	} else {
+		p.plainRPS = append(p.plainRPS, r.rps)
+		p.plainCPU = append(p.plainCPU, cpuPer)
+	}
+	log.Printf("round %d %s %s: %.0f req/s, %.1f µs server CPU per request, %d requests", round+1, p.id, sideName, r.rps, cpuPer, r.requests)
+	return nil
+}
+
+// saveProfile fetches a CPU profile of the Caddy whose admin is on port.
+func saveProfile(admin int, d time.Duration, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/profile?seconds=%d", admin, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+// ---- hey: one URL ----------------------------------------------------------
+
+var (
+	rpsRe    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	codeRe   = regexp.MustCompile(`\[(\d{3})\]\s+(\d+) responses`)
+	errDistR = regexp.MustCompile(`(?m)^\s+\[(\d+)\]\s+Get `)
+)
+
+func heyArgs(dur time.Duration, u string) []string {
+	return []string{"-z", dur.String(), "-c", strconv.Itoa(*flagConc), "-disable-redirects", "-disable-compression", u}
+}
+
+// heyLoad loads u with hey for d.
+func heyLoad(u string) func(d time.Duration) (loadResult, error) {
+	return func(d time.Duration) (loadResult, error) {
+		out, err := exec.Command(*flagHey, heyArgs(d, u)...).CombinedOutput()
+		if err != nil {
+			return loadResult{}, fmt.Errorf("hey: %v: %s", err, out)
+		}
+		m := rpsRe.FindSubmatch(out)
+		if m == nil {
+			return loadResult{}, fmt.Errorf("hey: no Requests/sec in output: %s", out)
+		}
+		r := loadResult{codes: map[int]int{}}
+		r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+		for _, cm := range codeRe.FindAllSubmatch(out, -1) {
+			code, _ := strconv.Atoi(string(cm[1]))
+			n, _ := strconv.Atoi(string(cm[2]))
+			r.codes[code] += n
+			r.requests += n
+		}
+		for _, em := range errDistR.FindAllSubmatch(out, -1) {
+			n, _ := strconv.Atoi(string(em[1]))
+			r.errors += n
+			r.requests += n
+		}
+		return r, nil
+	}
+}
+
+// ---- vegeta: a targets file ------------------------------------------------
+
+// vegetaAttackArgs: as many requests as *flagConc workers can send, no
+// redirect followed (-redirects -1: the 302 itself is the response,
+// counted as a success), connections kept alive.
+func vegetaAttackArgs(targets string, d time.Duration) []string {
+	c := strconv.Itoa(*flagConc)
+	return []string{"attack", "-targets", targets, "-rate", "0", "-max-workers", c, "-workers", c,
+		"-duration", d.String(), "-redirects", "-1", "-keepalive"}
+}
+
+// vegetaLoad loads the targets in the file at path with vegeta for d.
+// vegeta cycles through the file when a run sends more requests than it
+// holds; pair.maxRequests against the file's size tells whether it did.
+func vegetaLoad(path string) func(d time.Duration) (loadResult, error) {
+	return func(d time.Duration) (loadResult, error) {
+		results := path + ".results"
+		attack := exec.Command(*flagVegeta, append(vegetaAttackArgs(path, d), "-output", results)...)
+		if out, err := attack.CombinedOutput(); err != nil {
+			return loadResult{}, fmt.Errorf("vegeta attack: %v: %s", err, out)
+		}
+		out, err := exec.Command(*flagVegeta, "report", "-type", "json", results).Output()
+		if err != nil {
+			return loadResult{}, fmt.Errorf("vegeta report: %v", err)
+		}
+		os.Remove(results)
+		var rep struct {
+			Requests    int            `json:"requests"`
+			Duration    int64          `json:"duration"` // ns, first to last request sent
+			Wait        int64          `json:"wait"`     // ns, last request sent to its response
+			StatusCodes map[string]int `json:"status_codes"`
+		}
+		if err := json.Unmarshal(out, &rep); err != nil {
+			return loadResult{}, fmt.Errorf("vegeta report: %v: %s", err, out)
+		}
+		r := loadResult{codes: map[int]int{}, requests: rep.Requests}
+		for k, n := range rep.StatusCodes {
+			code, err := strconv.Atoi(k)
+			if err != nil {
+				return loadResult{}, fmt.Errorf("vegeta report: status %q", k)
+			}
+			if code == 0 { // vegeta's code for no HTTP answer
+				r.errors += n
+				continue
+			}
+			r.codes[code] += n
+		}
+		if el := time.Duration(rep.Duration + rep.Wait); el > 0 {
+			// As hey's Requests/sec: answered requests over the whole run.
+			r.rps = float64(rep.Requests-r.errors) / el.Seconds()
+		}
+		return r, nil
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// serveScenario is (a): the edge serving the 256 KiB SQLite segment (warm
+// cache) against file_server serving the same bytes from disk under the
+// same path and query, one URL each, loaded with hey.
+func serveScenario(e *env, rep *report) error {
+	edgeAdmin, plainAdmin := freePort(), freePort()
+	pEdge, pPlain := freePort(), freePort()
+	edge, err := e.startCaddy("serve-edge", *flagCaddy,
+		fmt.Sprintf(globalOpts, edgeAdmin)+edgeSite(pEdge, audTemplate, "store sqlite "+e.dbPath, ""))
+	if err != nil {
+		return err
+	}
+	plain, err := e.startCaddy("serve-plain", *flagPlain, fmt.Sprintf(globalOpts, plainAdmin)+fmt.Sprintf(`
+http://127.0.0.1:%d {
+	root * %s
+	file_server
+}
+`, pPlain, e.www))
+	if err != nil {
+		return err
+	}
+	tok := e.token(e.serveID, time.Now().Add(time.Hour))
+	edgeURL, plainURL := segURL(pEdge, e.serveID, tok), segURL(pPlain, e.serveID, tok)
+	if err := waitHTTP(edge, edgeURL); err != nil {
+		return err
+	}
+	if err := waitHTTP(plain, plainURL); err != nil {
+		return err
+	}
+	if err := sameBody(edgeURL, plainURL); err != nil {
+		return err
+	}
+	p := &pair{
+		id:     "a",
+		name:   "(a) serve 256 KiB: edge (SQLite, warm cache) / file_server",
+		want:   http.StatusOK,
+		target: 1.0,
+		tool:   "`" + strings.Join(append([]string{*flagHey}, heyArgs(*flagDur, "<url>")...), " ") + "` (one URL, one token)",
+		edge:   side{proc: edge, admin: edgeAdmin, load: heyLoad(edgeURL)},
+		plain:  side{proc: plain, load: heyLoad(plainURL)},
+	}
+	rep.pairs = append(rep.pairs, p)
+	return abba([]*pair{p}, *flagRounds)
+}
+
+// sameBody checks that a and b answer 200 with the same bytes.
+func sameBody(a, b string) error {
+	var sums [2][32]byte
+	for i, u := range []string{a, b} {
+		resp, err := http.Get(u)
+		if err != nil {
+			return err
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			return fmt.Errorf("GET %s: %d %v", u, resp.StatusCode, err)
+		}
+		sums[i] = sha256.Sum256(body)
+	}
+	if sums[0] != sums[1] {
+		return errors.New("edge and file_server bodies differ")
+	}
+	return nil
+}
