@@ -38,6 +38,22 @@ type CacheConfig struct {
 	// cache learns a segment's length from here, so 0 also turns the
 	// bytes cache off. Default: 10000.
 	MaxRecords *int `json:"max_records,omitempty"`
+
+	// Directory of the disk tier: segments larger than max_entry (or
+	// with no room in memory) are copied there once from the store,
+	// however many clients ask at once, verified against their id while
+	// written, and served from the file (sendfile). Survives restarts
+	// (files are re-hashed before their first use). An unusable directory
+	// (missing and not creatable, read-only, full) is a warning, and the
+	// segments then stream from the store. "off" disables the tier.
+	// Default: <Caddy's data dir>/syncular/segments.
+	Disk string `json:"disk,omitempty"`
+
+	// Budget of the disk tier: complete files plus fills in progress,
+	// least recently used evicted first; a segment larger than it is not
+	// cached. Keep it below the volume's free space. Default: 4 GiB
+	// (4294967296, disk.DefaultMaxBytes). 0 disables the disk tier.
+	DiskMaxBytes *int64 `json:"disk_max_bytes,omitempty"`
 }
 
 // options returns the store options for c (nil: all defaults, which are
@@ -70,7 +86,8 @@ func (c *CacheConfig) check() error {
 		return nil
 	}
 	if (c.MaxBytes != nil && *c.MaxBytes < 0) || (c.MaxEntry != nil && *c.MaxEntry < 0) ||
-		(c.RecordTTL != nil && *c.RecordTTL < 0) || (c.MaxRecords != nil && *c.MaxRecords < 0) {
+		(c.RecordTTL != nil && *c.RecordTTL < 0) || (c.MaxRecords != nil && *c.MaxRecords < 0) ||
+		(c.DiskMaxBytes != nil && *c.DiskMaxBytes < 0) {
 		return errors.New("syncular_segments: cache sizes, record_ttl and max_records must not be negative")
 	}
 	return nil

@@ -54,6 +54,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max_entry   <size>                         # default 8MiB: larger segments stream uncached
 //	        record_ttl  <duration>                     # default 2s; 0 disables the record cache
 //	        max_records <n>                            # default 10000
+//	        disk           <dir>|off                   # default <Caddy data dir>/syncular/segments
+//	        disk_max_bytes <size>                      # default 4GiB; 0 disables the disk tier
 //	    }
 //	}
 //
@@ -261,6 +263,8 @@ func parseCache(h *Handler, d *caddyfile.Dispenser) error {
 	h.Cache = c
 	return parseBlock(d, d.Nesting(), "cache: ", func(sub string) error {
 		switch sub {
+		case "disk", "disk_max_bytes":
+			return parseDiskSub(d, c, sub) // disktier.go
 		case "max_bytes", "max_entry":
 			v, err := oneArg(d)
 			if err != nil {

@@ -109,6 +109,9 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		}
 		return
 	}
+	if br.off == 0 && br.n == size {
+		body = store.VerifyWhole(body, g.segID, size) // ends in an error, not EOF, on a mismatch
+	}
 	defer body.Close()
 	writeBytesHeaders(w, g, br, rr, d)
 	w.WriteHeader(status)
@@ -120,6 +123,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		// connection (HTTP/1) or resets the stream (HTTP/2, HTTP/3)
 		// without logging; Caddy does not recover the panic. The
 		// deferred finish still records the decision.
+		h.warnCorrupt(g.segID, err) // disktier.go
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
 			c.Write(zap.String("segment_id", g.segID), zap.Error(err))
 		}
@@ -198,13 +202,22 @@ func (h *Handler) streamsLegacy(rec *store.Record) bool {
 
 // copyBody writes n bytes of body to w. A body held in memory (a bytes
 // cache hit) goes out in one Write: no copy buffer is allocated and the
-// connection gets one large write instead of 32 KiB chunks.
+// connection gets one large write instead of 32 KiB chunks. A complete
+// file of the disk tier goes to io.Copy unwrapped (an *io.LimitedReader
+// over an *os.File) so the connection's ReadFrom reaches sendfile(2).
 func copyBody(w io.Writer, body io.Reader, n int64) (int64, error) {
 	if m, ok := body.(interface{ Bytes() []byte }); ok {
 		if b := m.Bytes(); int64(len(b)) == n {
 			k, err := w.Write(b)
 			return int64(k), err
 		}
+	}
+	if lr := sendfileReader(body, n); lr != nil { // disktier.go
+		k, err := io.Copy(w, lr) // not CopyN: a LimitedReader of a LimitedReader misses sendfile
+		if err == nil && k != n {
+			err = io.ErrUnexpectedEOF
+		}
+		return k, err
 	}
 	return io.CopyN(w, body, n)
 }

@@ -32,6 +32,7 @@ type collectors struct {
 	verifications *prometheus.CounterVec   // {server, slot}
 
 	caches *cacheCollector
+	disks  *diskCollector // disktier.go
 }
 
 var (
@@ -67,6 +68,7 @@ func moduleCollectors() *collectors {
 				Help: "Tokens checked, by the 1-based slot of the configured key whose MAC matched (\"none\": no key matched or the token was malformed). Counted even when a later check refused the token.",
 			}, []string{"server", "slot"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
+			disks:  newDiskCollector(ns + "_" + sub + "_"),
 		}
 	})
 	return collectorsVal
@@ -75,7 +77,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return []prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.caches,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.caches, c.disks,
 	}
 }
 
@@ -361,6 +363,10 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 		c.caches.add(cs)
 		h.statsCache = cs
 	}
+	if h.disk != nil {
+		c.disks.add(h.disk)
+		h.statsDisk = h.disk
+	}
 	return nil
 }
 
@@ -387,5 +393,9 @@ func (h *Handler) cleanupMetrics() {
 	if h.statsCache != nil {
 		moduleCollectors().caches.remove(h.statsCache)
 		h.statsCache = nil
+	}
+	if h.statsDisk != nil {
+		moduleCollectors().disks.remove(h.statsDisk)
+		h.statsDisk = nil
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/disk"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -114,8 +115,10 @@ type Handler struct {
 	reval     store.Revalidator // the store's refusal re-read; nil: none
 	// lookupBounded: the store bounds its own lookups (no timer needed).
 	lookupBounded bool
-	poolKey       string    // set when the store came from the usage pool
-	life          *lifetime // releases the store after the last in-flight request
+	poolKey       string      // set when the store came from the usage pool
+	diskKey       string      // the disk tier's key in diskPool ("" when off)
+	disk          *disk.Cache // the disk tier (nil when off)
+	life          *lifetime   // releases the store after the last in-flight request
 	logger        *zap.Logger
 	now           func() time.Time
 	// weakKeysOK lets tests use the protocol vectors' short keys; no
@@ -124,6 +127,7 @@ type Handler struct {
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
+	statsDisk  *disk.Cache     // the disk tier, reported in metrics
 
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
@@ -221,9 +225,9 @@ func (h *Handler) checkLegacyHeaders() error {
 // every field may be nil.
 func (h *Handler) Cleanup() error {
 	h.cleanupMetrics()
-	key, st := h.poolKey, h.store
-	h.poolKey = ""
-	if key == "" && st == nil {
+	key, st, dkey := h.poolKey, h.store, h.diskKey
+	h.poolKey, h.diskKey = "", ""
+	if key == "" && st == nil && dkey == "" {
 		return nil
 	}
 	// On a reload Caddy cleans up the old config while its servers are
@@ -234,8 +238,11 @@ func (h *Handler) Cleanup() error {
 	h.life.end(func() {
 		if key != "" {
 			err = releaseSQLite(key)
-		} else {
+		} else if st != nil {
 			err = st.Close()
+		}
+		if derr := releaseDisk(dkey); err == nil {
+			err = derr
 		}
 		close(done)
 	})

@@ -68,7 +68,11 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 	if err != nil {
 		return err
 	}
-	h.setStore(store.NewCached(h.store, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
+	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
+	if opts.Disk, err = h.provisionDisk(); err != nil { // disktier.go
+		return err
+	}
+	h.setStore(store.NewCached(h.store, opts))
 	return nil
 }
 

@@ -10,6 +10,8 @@ import (
 	"io"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // ErrCorruptSegment is a store fault: the bytes a store returned for a
@@ -59,6 +61,11 @@ type CacheOptions struct {
 	Timeout time.Duration
 	// Now is the clock for record ages. nil: time.Now.
 	Now func() time.Time
+	// Disk is the disk tier for segments the bytes cache does not hold
+	// (larger than MaxEntry, or no room): filled once, verified, served
+	// from its file (tier.go). nil: such segments stream from the store.
+	// The caller owns it (it may be shared by several Cached).
+	Disk *disk.Cache
 }
 
 // DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
@@ -93,6 +100,7 @@ type Cached struct {
 	recordHits, recordMisses atomic.Int64
 	byteHits, byteMisses     atomic.Int64
 	passThrough              atomic.Int64
+	diskReads                atomic.Int64
 }
 
 // NewCached wraps inner. Options are taken as given (see
@@ -134,6 +142,9 @@ type CacheStats struct {
 	// PassThrough counts Opens streamed from the store uncached (too
 	// large, length unknown, or no room for a fill).
 	PassThrough int64
+	// DiskReads counts Opens served by the disk tier (a complete file or
+	// a fill in progress).
+	DiskReads int64
 	// Bytes is the memory the bytes cache holds now (entries and fills).
 	Bytes int64
 	// Records is the number of records held.
@@ -154,6 +165,7 @@ func (c *Cached) Stats() CacheStats {
 		ByteHits:     c.byteHits.Load(),
 		ByteMisses:   c.byteMisses.Load(),
 		PassThrough:  c.passThrough.Load(),
+		DiskReads:    c.diskReads.Load(),
 		Bytes:        c.blobs.usage(),
 		Records:      c.records.len(),
 
@@ -223,6 +235,9 @@ func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 	}
 	if rc, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
 		return rc, err
+	}
+	if size, ok := c.records.size(segmentID); ok {
+		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
 	}
 	c.passThrough.Add(1)
 	return c.inner.Open(ctx, segmentID, off, n)

@@ -44,6 +44,7 @@ type SQLite struct {
 	path     string // absolute
 	dsn      string
 	maxConns int
+	blobOpts SQLiteOptions // for the blob pools (sqlite_stream.go)
 
 	cur      atomic.Pointer[sqliteHandle] // nil once closed
 	reopenMu sync.Mutex
@@ -70,7 +71,8 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	if conns <= 0 {
 		conns = defaultSQLiteConns
 	}
-	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns}
+	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns,
+		blobOpts: SQLiteOptions{BusyTimeout: busy, MaxOpenConns: conns}}
 	h, err := s.openHandle(context.Background())
 	if err != nil {
 		return nil, err
@@ -190,8 +192,16 @@ func (s *SQLite) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 	if off > sqliteMaxBlobLength {
 		off = sqliteMaxBlobLength
 	}
+	// A large blob streams in chunks (bounded memory); the rest is one
+	// substr query.
+	rc, err := s.openStream(ctx, h, segmentID, off, n)
+	if rc != nil {
+		return rc, nil
+	}
 	var b []byte
-	err = h.openStmt.QueryRowContext(ctx, segmentID, off+1, n).Scan(&b)
+	if err == nil {
+		err = h.openStmt.QueryRowContext(ctx, segmentID, off+1, n).Scan(&b)
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, ErrNotFound

@@ -19,6 +19,8 @@ type sqliteHandle struct {
 
 	detectStmt *sql.Stmt
 	openStmt   *sql.Stmt
+	sizeStmt   *sql.Stmt
+	blobPool   blobPool // incremental blob I/O (sqlite_stream.go)
 	shape      atomic.Pointer[sqliteShape]
 
 	stmtMu sync.Mutex
@@ -53,6 +55,9 @@ func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
 	if h.openStmt, err = db.PrepareContext(ctx, openSQL); err != nil {
 		return fail(err)
 	}
+	if h.sizeStmt, err = db.PrepareContext(ctx, sizeSQL); err != nil {
+		return fail(err)
+	}
 	return h, nil
 }
 
@@ -69,6 +74,10 @@ func (h *sqliteHandle) close() error {
 	if h.openStmt != nil {
 		h.openStmt.Close()
 	}
+	if h.sizeStmt != nil {
+		h.sizeStmt.Close()
+	}
+	h.blobPool.close()
 	return h.db.Close()
 }
 

@@ -974,9 +974,10 @@ func (h *Handle) File() *os.File {
 // copy through user space.
 //
 // During a fill it reads bytes as they land and blocks for more (until ctx
-// is done). It returns io.EOF only after the whole fill hashed to the
-// segment id, so a failed fill or a mismatch reaches the reader as an
-// error: the caller must then abort the response, never end it cleanly.
+// is done). It returns the range's last byte, and io.EOF, only after the
+// whole fill hashed to the segment id, so a failed fill or a mismatch
+// reaches the reader as an error before its last byte: the caller must
+// then abort the response, never end it cleanly.
 func (h *Handle) Reader(ctx context.Context, off, n int64) (io.Reader, error) {
 	if off < 0 || off > h.size {
 		return nil, fmt.Errorf("disk cache: offset %d outside 0..%d", off, h.size)
@@ -991,6 +992,18 @@ func (h *Handle) Reader(ctx context.Context, off, n int64) (io.Reader, error) {
 		return &io.LimitedReader{R: h.file, N: n}, nil
 	}
 	return &fillReader{h: h, ctx: ctx, pos: off, end: off + n}, nil
+}
+
+// avail is how many bytes r may return now. f.mu held. The last byte of
+// the range is held back until the fill is verified: a client that got
+// every byte it was promised sees a complete response, so the bytes of a
+// fill that then fails must stop short of the end.
+func (r *fillReader) avail(f *fill) int64 {
+	lim := min(f.written, r.end)
+	if !f.done && lim == r.end {
+		lim--
+	}
+	return lim - r.pos
 }
 
 // Close releases the handle's file descriptor.
@@ -1020,8 +1033,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 				f.mu.Unlock()
 				return 0, io.EOF
 			}
-		} else if r.pos < f.written {
-			avail := min(f.written, r.end) - r.pos
+		} else if avail := r.avail(f); avail > 0 {
 			f.mu.Unlock()
 			if int64(len(p)) > avail {
 				p = p[:avail]

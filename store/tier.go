@@ -1,0 +1,199 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/syncular/caddy-syncular/store/disk"
+)
+
+// The large-segment step of Cached.Open: a segment whose length is known
+// (from the record cache) but that the memory tier does not hold (larger
+// than MaxEntry, or no room) is served from the disk tier
+// (CacheOptions.Disk): filled once from the store, however many callers
+// ask at once, hashed while written, and read from the file. When there
+// is no disk tier or it declines (too large, no room, directory unusable)
+// the bytes stream from the store with bounded memory; a whole body is
+// then hashed as it streams and ends in ErrCorruptSegment, before its last
+// byte, when it does not match its id.
+
+// blobCopier is a store that can copy a segment's bytes into a local
+// writer in one short read (SQLite.CopyBlob): the disk tier's fill source.
+type blobCopier interface {
+	CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error)
+}
+
+// openLarge serves [off, off+n) of a segment of size bytes that the
+// memory tier does not serve.
+func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (io.ReadCloser, error) {
+	if d := c.opts.Disk; d != nil {
+		h, err := d.Get(ctx, segmentID, size, c.diskSource(segmentID))
+		if err == nil {
+			r, err := h.Reader(ctx, min(off, size), n)
+			if err != nil {
+				h.Close()
+				return nil, fmt.Errorf("store: disk tier: %w", err)
+			}
+			c.diskReads.Add(1)
+			return &diskBody{h: h, r: r}, nil
+		}
+		if !diskDeclined(err) {
+			// The fill failed before its first byte: the store's
+			// answer (ErrNotFound, a fault, corrupt bytes) is every
+			// caller's, rather than one more store read each.
+			return nil, corruptErr(err)
+		}
+	}
+	c.passThrough.Add(1)
+	rc, err := c.inner.Open(ctx, segmentID, off, n)
+	if err != nil {
+		return nil, err
+	}
+	if off == 0 && (n < 0 || n >= size) {
+		return VerifyWhole(rc, segmentID, size), nil
+	}
+	return rc, nil
+}
+
+// diskSource is how the disk tier fills segmentID: a streaming copy from
+// the inner store, in one short read where the store offers one.
+func (c *Cached) diskSource(segmentID string) disk.Source {
+	if bc, ok := c.inner.(blobCopier); ok {
+		return func(ctx context.Context, w io.Writer) error {
+			_, err := bc.CopyBlob(ctx, segmentID, w)
+			return err
+		}
+	}
+	return disk.FromReader(func(ctx context.Context) (io.ReadCloser, error) {
+		return c.inner.Open(ctx, segmentID, 0, -1)
+	})
+}
+
+// diskDeclined reports whether the disk tier declined to serve (the caller
+// then streams from the store) rather than failed to read the store.
+func diskDeclined(err error) bool {
+	return errors.Is(err, disk.ErrTooLarge) || errors.Is(err, disk.ErrNoRoom) ||
+		errors.Is(err, disk.ErrUnavailable)
+}
+
+// corruptErr makes the disk tier's mismatch errors match ErrCorruptSegment.
+func corruptErr(err error) error {
+	if err != nil && !errors.Is(err, ErrCorruptSegment) &&
+		(errors.Is(err, disk.ErrHashMismatch) || errors.Is(err, disk.ErrSizeMismatch)) {
+		return fmt.Errorf("store: %w: %w", ErrCorruptSegment, err)
+	}
+	return err
+}
+
+// diskBody reads a segment from the disk tier.
+type diskBody struct {
+	h *disk.Handle
+	r io.Reader
+}
+
+func (b *diskBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = corruptErr(err)
+	}
+	return n, err
+}
+
+// Raw returns the disk tier's reader itself. For a complete file it is an
+// *io.LimitedReader over an *os.File: copied unwrapped to an
+// http.ResponseWriter it reaches sendfile(2). Its errors are the disk
+// package's (a mismatch matches disk.ErrHashMismatch/ErrSizeMismatch).
+func (b *diskBody) Raw() io.Reader { return b.r }
+
+// Close releases the file.
+func (b *diskBody) Close() error { return b.h.Close() }
+
+// VerifyWhole wraps the whole body of segmentID (size bytes) streamed from
+// a store so that it ends cleanly (io.EOF) only after its bytes hashed to
+// the id and were exactly size long. Otherwise it returns an error
+// matching ErrCorruptSegment in place of the read that would have
+// delivered the last byte, so a response copied from it can be aborted
+// before the client has every byte it was promised. Bodies already
+// verified (the memory and disk tiers) are returned as they are.
+func VerifyWhole(rc io.ReadCloser, segmentID string, size int64) io.ReadCloser {
+	switch rc.(type) {
+	case *memBody, *diskBody, *verifyReader:
+		return rc
+	}
+	return &verifyReader{rc: rc, id: segmentID, size: size, h: sha256.New()}
+}
+
+type verifyReader struct {
+	rc   io.ReadCloser
+	id   string
+	size int64
+	n    int64
+	h    hash.Hash
+	err  error // sticky: io.EOF once verified, or the failure
+}
+
+func (v *verifyReader) Read(p []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	if v.n == v.size {
+		v.err = v.verify()
+		return 0, v.err
+	}
+	if rem := v.size - v.n; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	m, err := v.rc.Read(p)
+	v.h.Write(p[:m])
+	v.n += int64(m)
+	if v.n == v.size {
+		// These bytes end the body: deliver them only when it checks.
+		if verr := v.verify(); verr != io.EOF {
+			v.err = verr
+			return 0, verr
+		}
+		return m, nil // io.EOF on the next call
+	}
+	if err == io.EOF {
+		v.err = fmt.Errorf("store: %s: %w (%d of its record's %d bytes)", v.id, ErrCorruptSegment, v.n, v.size)
+		return 0, v.err
+	}
+	return m, err
+}
+
+// verify checks the body ended at size bytes and hashed to the id; io.EOF
+// when it did.
+func (v *verifyReader) verify() error {
+	var extra [1]byte
+	for range 3 { // a reader may return 0, nil; bounded
+		k, err := v.rc.Read(extra[:])
+		if k > 0 {
+			return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", v.id, ErrCorruptSegment)
+		}
+		if err != nil {
+			// io.EOF, or a failure after every byte arrived: the probe
+			// only looks for bytes past the record's length.
+			break
+		}
+	}
+	want, err := hex.DecodeString(v.id[len("sha256:"):])
+	if err != nil || !hashEqual(v.h.Sum(nil), want) {
+		return fmt.Errorf("store: %s: %w", v.id, ErrCorruptSegment)
+	}
+	return io.EOF
+}
+
+func hashEqual(a, b []byte) bool { return string(a) == string(b) }
+
+func (v *verifyReader) Close() error { return v.rc.Close() }
+
+// Interface guards
+var (
+	_ io.ReadCloser = (*diskBody)(nil)
+	_ io.ReadCloser = (*verifyReader)(nil)
+)
