@@ -1,0 +1,423 @@
+package disk
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Fills: one per segment, streamed to a temp file while hashed, renamed
+// into place only when the bytes hash to the id.
+
+// get is one attempt; again asks for another (the entry changed under it).
+func (c *Cache) get(ctx context.Context, key string, size int64, src Source) (h *Handle, again bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err
+	}
+	var victims []string
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, false, fmt.Errorf("%w: closed", ErrUnavailable)
+	}
+	if e := c.entries[key]; e != nil {
+		switch {
+		case e.size != size:
+			// Never serve a file whose size is not the record's.
+			victims = append(victims, c.dropLocked(e))
+			c.discarded.Add(1)
+			// then fill below
+		case !e.verified:
+			ch := e.verifying
+			if ch == nil {
+				ch = make(chan struct{})
+				e.verifying = ch
+				c.wg.Add(1)
+				go c.verify(e, ch)
+			}
+			c.mu.Unlock()
+			select {
+			case <-ch:
+				return nil, true, nil
+			case <-ctx.Done():
+				return nil, false, ctx.Err()
+			}
+		default:
+			c.lru.MoveToFront(e.elem)
+			now := c.now()
+			touch := now.Sub(e.touched) >= touchInterval
+			if touch {
+				e.touched = now
+			}
+			c.mu.Unlock()
+			return c.openComplete(e, touch, now)
+		}
+	}
+	if f := c.fills[key]; f != nil {
+		c.mu.Unlock()
+		c.removeFiles(victims)
+		if f.size != size {
+			return nil, false, fmt.Errorf("%w: a fill of another length is running", ErrSizeMismatch)
+		}
+		c.followers.Add(1)
+		return c.attach(ctx, f)
+	}
+	var more []string
+	if size > c.max {
+		err = ErrTooLarge // whatever the state of the directory
+	} else {
+		more, err = c.usableLocked()
+		victims = append(victims, more...)
+	}
+	if err == nil {
+		var ok bool
+		if more, ok = c.reserveLocked(size); !ok {
+			err = ErrNoRoom
+		}
+		victims = append(victims, more...)
+	}
+	if err != nil {
+		c.mu.Unlock()
+		c.removeFiles(victims)
+		return nil, false, err
+	}
+	f := &fill{key: key, size: size, wake: make(chan struct{})}
+	c.fills[key] = f
+	c.wg.Add(1)
+	c.mu.Unlock()
+	c.removeFiles(victims)
+	go c.run(f, src)
+	return c.attach(ctx, f)
+}
+
+// reserveLocked makes room for size bytes, evicting least recently used
+// complete files, and reserves it for a fill.
+func (c *Cache) reserveLocked(size int64) (victims []string, ok bool) {
+	if c.reserved+size > c.max {
+		return nil, false
+	}
+	for c.bytes.Load()+c.reserved+size > c.max {
+		e := c.lru.Back().Value.(*entry) // non-empty: reserved+size <= max
+		victims = append(victims, c.dropLocked(e))
+		c.evictions.Add(1)
+	}
+	c.reserved += size
+	return victims, true
+}
+
+// openComplete opens a complete file for one reader and checks its size.
+func (c *Cache) openComplete(e *entry, touch bool, now time.Time) (*Handle, bool, error) {
+	p := c.path(e.key)
+	f, err := os.Open(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) { // removed behind our back
+			c.forget(e, false)
+			return nil, true, nil
+		}
+		return nil, false, unavailable(err)
+	}
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() != e.size {
+		f.Close()
+		c.forget(e, true)
+		if err == nil {
+			err = fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, fi.Size(), e.size)
+		}
+		c.warn("disk cache: discarded a file of the wrong size", err)
+		return nil, true, nil
+	}
+	if touch {
+		_ = os.Chtimes(p, now, now) // recency for the next restart; best effort
+	}
+	c.hits.Add(1)
+	return &Handle{file: f, size: e.size, hit: true}, false, nil
+}
+
+// forget drops e if it is still indexed, removing its file if remove.
+func (c *Cache) forget(e *entry, remove bool) {
+	c.mu.Lock()
+	var p string
+	if c.entries[e.key] == e {
+		p = c.dropLocked(e)
+		if remove {
+			c.discarded.Add(1)
+		}
+	}
+	c.mu.Unlock()
+	if remove && p != "" {
+		c.removeFiles([]string{p})
+	}
+}
+
+// verify hashes a file indexed by the scan before its first use.
+func (c *Cache) verify(e *entry, done chan struct{}) {
+	defer c.wg.Done()
+	err := c.hashFile(c.path(e.key), e.key, e.size)
+	var p string
+	c.mu.Lock()
+	if c.ctx.Err() != nil {
+		err = nil // closed mid-way: the file is not known bad, keep it unverified
+	} else if c.entries[e.key] == e {
+		if err == nil {
+			e.verified = true
+		} else {
+			p = c.dropLocked(e)
+			c.discarded.Add(1)
+		}
+	}
+	e.verifying = nil
+	close(done)
+	c.mu.Unlock()
+	if p != "" {
+		c.removeFiles([]string{p})
+		c.warn("disk cache: discarded a file that failed verification", err)
+	}
+}
+
+func (c *Cache) hashFile(path, key string, size int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	buf := make([]byte, copyBufSize)
+	var n int64
+	for {
+		if err := c.ctx.Err(); err != nil {
+			return err
+		}
+		m, err := f.Read(buf)
+		h.Write(buf[:m])
+		n += int64(m)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if n != size {
+		return fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, n, size)
+	}
+	if !sumMatches(h, key) {
+		return ErrHashMismatch
+	}
+	return nil
+}
+
+func sumMatches(h hash.Hash, key string) bool {
+	want, err := hex.DecodeString(key)
+	return err == nil && bytes.Equal(h.Sum(nil), want)
+}
+
+// attach waits for f's first byte (or its end) and opens the fill's file
+// for one reader.
+func (c *Cache) attach(ctx context.Context, f *fill) (*Handle, bool, error) {
+	f.mu.Lock()
+	for !f.done && f.written == 0 {
+		ch := f.wake
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+		f.mu.Lock()
+	}
+	if f.err != nil {
+		err := f.err
+		f.mu.Unlock()
+		return nil, false, err
+	}
+	// Opened under f.mu: the fill renames or removes its file under it,
+	// so this is the file f.path names now.
+	fd, err := os.Open(f.path)
+	done := f.done
+	f.mu.Unlock()
+	if err != nil {
+		if done && errors.Is(err, fs.ErrNotExist) { // committed, then evicted
+			return nil, true, nil
+		}
+		return nil, false, unavailable(err)
+	}
+	if done { // committed: a complete file
+		return &Handle{file: fd, size: f.size}, false, nil
+	}
+	return &Handle{file: fd, size: f.size, fill: f}, false, nil
+}
+
+// run copies src into a temporary file, then commits it or fails.
+func (c *Cache) run(f *fill, src Source) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.fillTimeout)
+	defer cancel()
+
+	var tf *os.File
+	err := c.ctx.Err()
+	if err == nil && c.hooks.create != nil {
+		err = c.hooks.create()
+	}
+	if err == nil {
+		tf, err = os.CreateTemp(c.tmp, tmpPrefix+"*")
+	}
+	if err != nil {
+		c.fail(f, unavailable(err), true)
+		return
+	}
+	tmp := tf.Name()
+	f.mu.Lock()
+	f.path = tmp
+	f.mu.Unlock()
+
+	w := &fillWriter{c: c, f: f, file: tf, h: sha256.New()}
+	err = src(ctx, w)
+	switch {
+	case w.diskErr != nil: // the source may report our own write error
+		err = w.diskErr
+	case w.long:
+		err = fmt.Errorf("%w: the source sent more than %d bytes", ErrSizeMismatch, f.size)
+	case err != nil && c.ctx.Err() != nil: // Close: the store did not fail
+		err = fmt.Errorf("%w: closed during the fill: %w", ErrUnavailable, err)
+	case err != nil:
+		err = fmt.Errorf("disk cache: fill source: %w", err)
+	case w.n != f.size:
+		err = fmt.Errorf("%w: the source sent %d of %d bytes", ErrSizeMismatch, w.n, f.size)
+	case !sumMatches(w.h, f.key):
+		err = ErrHashMismatch
+	}
+	disk := w.diskErr != nil
+	// No fsync: a crash can leave a renamed file with unwritten blocks,
+	// but every file found at start-up is hashed before it is served.
+	if cerr := tf.Close(); cerr != nil && err == nil {
+		err, disk = unavailable(cerr), true
+	}
+	final := c.path(f.key)
+	if err == nil {
+		if merr := os.MkdirAll(filepath.Dir(final), 0o750); merr != nil {
+			err, disk = unavailable(merr), true
+		}
+	}
+	if err == nil {
+		now := c.now()
+		_ = os.Chtimes(tmp, now, now) // the recency a restart reads
+		f.mu.Lock()
+		if rerr := os.Rename(tmp, final); rerr != nil {
+			err, disk = unavailable(rerr), true
+		} else {
+			f.path = final
+		}
+		f.mu.Unlock()
+	}
+	if err != nil {
+		c.fail(f, err, disk)
+		return
+	}
+	c.commit(f)
+}
+
+// commit indexes a renamed fill and ends it.
+func (c *Cache) commit(f *fill) {
+	c.mu.Lock()
+	delete(c.fills, f.key)
+	c.reserved -= f.size
+	if old := c.entries[f.key]; old != nil { // not expected: Get fills only a missing key
+		c.dropLocked(old)
+	}
+	e := &entry{key: f.key, size: f.size, touched: c.now(), verified: true}
+	e.elem = c.lru.PushFront(e)
+	c.entries[f.key] = e
+	c.bytes.Add(f.size)
+	c.files.Add(1)
+	c.fillsDone.Add(1) // counted before anyone can see the end
+	f.mu.Lock()
+	f.done = true
+	f.broadcast()
+	f.mu.Unlock()
+	c.mu.Unlock()
+}
+
+// fail ends f with err; disk says the directory failed (not the source).
+func (c *Cache) fail(f *fill, err error, disk bool) {
+	c.mu.Lock()
+	if c.fills[f.key] == f {
+		delete(c.fills, f.key)
+	}
+	c.reserved -= f.size
+	if disk && !c.closed {
+		c.downLocked(err)
+	}
+	f.mu.Lock()
+	// Removed with the error set, under f.mu: a reader attaching now
+	// either opened the file before (and gets the error on its next
+	// read) or sees the error.
+	var rmErr error
+	if f.path != "" {
+		if rmErr = os.Remove(f.path); errors.Is(rmErr, fs.ErrNotExist) {
+			rmErr = nil
+		}
+	}
+	c.fillErrors.Add(1) // counted before anyone can see the end
+	f.done, f.err = true, err
+	f.broadcast()
+	f.mu.Unlock()
+	c.mu.Unlock()
+	if rmErr != nil {
+		c.warn("disk cache: cannot remove a file", rmErr)
+	}
+	c.warn("disk cache: fill failed", err)
+}
+
+// fillWriter is the Source's writer: it refuses bytes past the size,
+// hashes what it writes and wakes the readers.
+type fillWriter struct {
+	c       *Cache
+	f       *fill
+	file    *os.File
+	h       hash.Hash
+	n       int64
+	long    bool
+	diskErr error
+}
+
+var errLong = errors.New("disk cache: more bytes than the record's length")
+
+func (w *fillWriter) Write(p []byte) (int, error) {
+	if w.diskErr != nil {
+		return 0, w.diskErr
+	}
+	if int64(len(p)) > w.f.size-w.n {
+		w.long = true
+		return 0, errLong
+	}
+	var n int
+	var err error
+	if w.c.hooks.write != nil {
+		err = w.c.hooks.write(p)
+	}
+	if err == nil {
+		n, err = w.file.Write(p)
+	}
+	w.h.Write(p[:n])
+	w.n += int64(n)
+	if n > 0 {
+		w.f.mu.Lock()
+		w.f.written = w.n
+		w.f.broadcast()
+		w.f.mu.Unlock()
+	}
+	if err != nil {
+		w.diskErr = unavailable(err)
+		return n, w.diskErr
+	}
+	return n, nil
+}

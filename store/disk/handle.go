@@ -1,0 +1,136 @@
+package disk
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Handles and readers: a complete file (sendfile-friendly) or a fill
+// still growing.
+
+// Handle is one reader's access to a cached segment: a complete file, or
+// a fill in progress. It holds a file descriptor until Close. Not safe for
+// concurrent use; one Reader at a time.
+type Handle struct {
+	file *os.File
+	size int64
+	fill *fill // nil for a complete file
+	hit  bool
+}
+
+// Size is the segment's length in bytes.
+func (h *Handle) Size() int64 { return h.size }
+
+// Hit reports whether Get found the segment complete on disk (no fill
+// started or joined).
+func (h *Handle) Hit() bool { return h.hit }
+
+// File returns the complete, verified file (positioned anywhere), or nil
+// while the handle reads a fill in progress. For http.ServeContent.
+func (h *Handle) File() *os.File {
+	if h.fill != nil {
+		return nil
+	}
+	return h.file
+}
+
+// Reader returns the bytes [off, off+n) (n < 0: to the end).
+//
+// For a complete file it is an *io.LimitedReader over the handle's
+// *os.File positioned at off: io.Copy to an http.ResponseWriter then
+// reaches (*net.TCPConn).ReadFrom, whose sendfile path accepts exactly
+// that type, so the bytes go from the page cache to the socket without a
+// copy through user space.
+//
+// During a fill it reads bytes as they land and blocks for more (until ctx
+// is done). It returns the range's last byte, and io.EOF, only after the
+// whole fill hashed to the segment id, so a failed fill or a mismatch
+// reaches the reader as an error before its last byte: the caller must
+// then abort the response, never end it cleanly.
+func (h *Handle) Reader(ctx context.Context, off, n int64) (io.Reader, error) {
+	if off < 0 || off > h.size {
+		return nil, fmt.Errorf("disk cache: offset %d outside 0..%d", off, h.size)
+	}
+	if n < 0 || n > h.size-off {
+		n = h.size - off
+	}
+	if h.fill == nil {
+		if _, err := h.file.Seek(off, io.SeekStart); err != nil {
+			return nil, err
+		}
+		return &io.LimitedReader{R: h.file, N: n}, nil
+	}
+	return &fillReader{h: h, ctx: ctx, pos: off, end: off + n}, nil
+}
+
+// avail is how many bytes r may return now. f.mu held. The last byte of
+// the range is held back until the fill is verified: a client that got
+// every byte it was promised sees a complete response, so the bytes of a
+// fill that then fails must stop short of the end.
+func (r *fillReader) avail(f *fill) int64 {
+	lim := min(f.written, r.end)
+	if !f.done && lim == r.end {
+		lim--
+	}
+	return lim - r.pos
+}
+
+// Close releases the handle's file descriptor.
+func (h *Handle) Close() error { return h.file.Close() }
+
+// fillReader reads a fill in progress through its handle's descriptor.
+type fillReader struct {
+	h        *Handle
+	ctx      context.Context
+	pos, end int64
+}
+
+func (r *fillReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	f := r.h.fill
+	for {
+		f.mu.Lock()
+		if f.err != nil {
+			err := f.err
+			f.mu.Unlock()
+			return 0, err
+		}
+		if r.pos >= r.end {
+			if f.done {
+				f.mu.Unlock()
+				return 0, io.EOF
+			}
+		} else if avail := r.avail(f); avail > 0 {
+			f.mu.Unlock()
+			if int64(len(p)) > avail {
+				p = p[:avail]
+			}
+			m, err := r.h.file.ReadAt(p, r.pos)
+			r.pos += int64(m)
+			if m > 0 {
+				return m, nil
+			}
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF // written bytes must be there
+			}
+			return 0, unavailable(err)
+		}
+		ch := f.wake
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.ctx.Done():
+			return 0, r.ctx.Err()
+		}
+	}
+}
+
+// Interface guards
+var (
+	_ io.Writer = (*fillWriter)(nil)
+	_ io.Reader = (*fillReader)(nil)
+)
