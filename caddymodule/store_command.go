@@ -88,6 +88,10 @@ type storeInspection struct {
 	target string // request target of the HEAD, with the st
 	now    time.Time
 	nowSet bool
+
+	// The publications the token's scope digest and audience match, as
+	// "[i] state", from describeSegment; nil when not decoded.
+	matched []string
 }
 
 func runStoreInspect(cmd *cobra.Command, args []string) error {
@@ -350,6 +354,9 @@ func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *
 	var claims *presign.Report
 	if in.token != "" {
 		claims = presign.Inspect(in.token, presign.InspectOptions{SegmentID: in.segID, Now: in.now, Skew: h.skew, MaxLen: h.MaxTokenLength})
+		if claims.Decoded {
+			in.matched = []string{}
+		}
 	}
 	for i, p := range store.PublicationStates(rec, nowMs) {
 		fmt.Fprintf(w, "  [%d] %-9s partition %s, epoch %q", i, p.State, p.Partition, p.LogEpoch)
@@ -368,6 +375,9 @@ func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *
 		if claims != nil && claims.Decoded {
 			sd, aud := claims.SD == p.ScopeDigest, claims.Aud == h.audience.Derive(p.Partition)
 			fmt.Fprintf(w, "      token: scope digest %s, audience %s\n", matchWord(sd), matchWord(aud))
+			if sd && aud {
+				in.matched = append(in.matched, fmt.Sprintf("[%d] %s", i, p.State))
+			}
 		}
 	}
 }
@@ -439,6 +449,13 @@ func (in *storeInspection) decide(ctx context.Context, w io.Writer, h *Handler) 
 		}
 		_ = json.Unmarshal(rr.Body.Bytes(), &body)
 		fmt.Fprintf(w, "  error     %s: %s\n", body.Code, body.Message)
+		switch {
+		case in.matched == nil:
+		case len(in.matched) == 0:
+			fmt.Fprintf(w, "  matches   no publication has both the token's scope digest and audience\n")
+		default:
+			fmt.Fprintf(w, "  matches   %s (publications with the token's scope digest and audience)\n", strings.Join(in.matched, ", "))
+		}
 		if reason == "" {
 			reason = body.Message
 		}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-
 	"github.com/syncular/caddy-syncular/presign"
 )
 
@@ -128,7 +127,7 @@ func TestStoreInspectDecisions(t *testing.T) {
 		},
 		{
 			name: "expired publication", seg: gen3AllExpired, tok: inspectToken(t, gen3AllExpired, gen3DigestA, "p1"), refused: true,
-			want: []string{"[0] expired   partition p1", "expires 2027-01-15T02:00:00Z (6h0m0s ago)", "  status    404 Not Found", "  error     sync.segment_expired: segment expired"},
+			want: []string{"[0] expired   partition p1", "expires 2027-01-15T02:00:00Z (6h0m0s ago)", "  status    404 Not Found", "  error     sync.segment_expired: segment expired", "  matches   [0] expired (publications"},
 		},
 		{
 			name: "one of two publications expired", seg: gen3TwoParts, tok: inspectToken(t, gen3TwoParts, gen3DigestA, "p1"), refused: true,
@@ -136,11 +135,11 @@ func TestStoreInspectDecisions(t *testing.T) {
 		},
 		{
 			name: "fenced", seg: gen3Rotated, tok: inspectToken(t, gen3Rotated, gen3DigestA, "p1"), refused: true,
-			want: []string{"[0] fenced    partition p1, epoch \"e0\" (registry: \"e1\")", "  error     sync.not_found: segment not found: fenced by the partition registry"},
+			want: []string{"[0] fenced    partition p1, epoch \"e0\" (registry: \"e1\")", "  error     sync.not_found: segment not found: fenced by the partition registry", "  matches   [0] fenced ("},
 		},
 		{
 			name: "other partition's audience", seg: gen3TwoDigests, tok: inspectToken(t, gen3TwoDigests, gen3DigestA, "p2"), refused: true,
-			want: []string{"token: scope digest matches, audience differs", "segment token rejected: audience mismatch"},
+			want: []string{"token: scope digest matches, audience differs", "segment token rejected: audience mismatch", "  matches   no publication has both"},
 		},
 		{
 			name: "bad MAC", seg: gen3TwoDigests, tok: presign.Sign([]byte("another-key-0123456789abcdef0123"), gen3TwoDigests, gen3DigestA, "aud:p1", gen3Now/1000+600), refused: true,
