@@ -170,7 +170,15 @@ func (in *storeInspection) request(tok, rawURL string) error {
 		} else if in.segID != urlSeg {
 			return errors.New("the segment id given is not the one in --url")
 		}
-		in.token, in.target = t, u.RequestURI()
+		// The target as sent: the raw text after scheme and host, so a
+		// '#' the edge refuses is still there.
+		in.token, in.target = t, rawURL
+		if u.Scheme != "" || u.Host != "" {
+			in.target = strings.TrimPrefix(rawURL, u.Scheme+"://"+u.Host)
+		}
+		if !strings.HasPrefix(in.target, "/") {
+			return errors.New("--url: want a signed URL (https://host/…/segments/<id>?st=…) or its path")
+		}
 	case tok != "":
 		if in.segID == "" {
 			return errors.New("--token needs the segment id it is for")
@@ -227,6 +235,9 @@ func (in *storeInspection) run(ctx context.Context, w io.Writer) error {
 	h.now = func() time.Time { return now }
 
 	fmt.Fprintf(w, "handler     #%d of %d: %s\n", in.index, in.count, in.where.site())
+	if in.count > 1 {
+		fmt.Fprintf(w, "            (--site <host or index> picks another)\n")
+	}
 	cctx, ccancel := caddy.NewContext(caddy.Context{Context: ctx})
 	defer ccancel()
 	err := h.Provision(cctx)
@@ -432,7 +443,7 @@ func (in *storeInspection) decide(ctx context.Context, w io.Writer, h *Handler) 
 	}
 	res := rr.Result()
 	outcome, reason := replString(repl, "http.syncular.outcome"), replString(repl, "http.syncular.reason")
-	fmt.Fprintf(w, "\ndecision    HEAD %s?st=… (the handler's own answer at %s)\n", pathOnly(in.target), in.now.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "\ndecision    HEAD %s (the handler's own answer at %s)\n", redactTarget(in.target), in.now.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "  status    %d %s\n", res.StatusCode, http.StatusText(res.StatusCode))
 	fmt.Fprintf(w, "  outcome   %s\n", outcome)
 	if slot := replString(repl, "http.syncular.key_slot"); slot != "" {
@@ -475,9 +486,13 @@ func (in *storeInspection) decide(ctx context.Context, w io.Writer, h *Handler) 
 	return nil
 }
 
-func pathOnly(target string) string {
-	p, _, _ := strings.Cut(target, "?")
-	return p
+// redactTarget is the request target with its query (the token) and
+// fragment replaced by an ellipsis.
+func redactTarget(target string) string {
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		return target[:i] + target[i:i+1] + "…"
+	}
+	return target
 }
 
 func withoutQuery(u string) string {

@@ -184,13 +184,19 @@ func TestStoreInspectURL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, w := range []string{"segment     " + gen3TwoDigests, "decision    HEAD /sync/segments/" + gen3TwoDigests + "?st=… ", "  outcome   granted"} {
+	for _, w := range []string{"segment     " + gen3TwoDigests, "decision    HEAD /sync/segments/" + gen3TwoDigests + "?… ", "  outcome   granted"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("output lacks %q:\n%s", w, out)
 		}
 	}
 	if strings.Contains(out, tok) {
 		t.Error("output shows the token")
+	}
+	// A '#' after the token: the handler refuses what a log filter would
+	// miss, and the inspector says so.
+	out, err = runStoreInspectArgs(t, "--config", cfg, "--now", "1800000000000", "--url", "https://a.example/sync/segments/"+gen3TwoDigests+"?st="+tok+"#x")
+	if err == nil || !strings.Contains(out, "segment token rejected: '#' in a signed URL") || strings.Contains(out, tok) {
+		t.Errorf("'#' in the URL: %v\n%s", err, out)
 	}
 	// A URL for another segment than the one given is refused up front.
 	if _, err := runStoreInspectArgs(t, "--config", cfg, gen3AllExpired, "--url", "https://a.example/sync/segments/"+gen3TwoDigests+"?st="+tok); err == nil {
