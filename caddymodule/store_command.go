@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,7 +71,7 @@ block, or its index as listed (0 first). Without it the first is used.`,
 	f.String("config", "", "config file (Caddyfile or JSON); secrets from the environment as caddy run reads them")
 	f.String("adapter", "caddyfile", "adapter of --config (\"json\" for JSON)")
 	f.String("site", "", "which syncular_segments handler: a host of its site, or its index (0 first)")
-	f.String("token", "", "a segment token (st) to decide for the segment id")
+	f.String("token", "", "a segment token (st) to decide for the segment id, or env:NAME to read it from a variable")
 	f.String("url", "", "a signed segment URL to decide for (its segment id is the default)")
 	f.Duration("timeout", 10*time.Second, "bound on the whole inspection")
 	f.String("now", "", "time of the check, RFC 3339 or unix ms (default: now)")
@@ -87,7 +88,6 @@ type storeInspection struct {
 	token  string // the st, never printed
 	target string // request target of the HEAD, with the st
 	now    time.Time
-	nowSet bool
 
 	// The publications the token's scope digest and audience match, as
 	// "[i] state", from describeSegment; nil when not decoded.
@@ -107,7 +107,7 @@ func runStoreInspect(cmd *cobra.Command, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--now: %v", err)
 		}
-		in.now, in.nowSet = t, true
+		in.now = t
 	}
 	if len(args) == 1 {
 		in.segID = args[0]
@@ -180,6 +180,15 @@ func (in *storeInspection) request(tok, rawURL string) error {
 			return errors.New("--url: want a signed URL (https://host/…/segments/<id>?st=…) or its path")
 		}
 	case tok != "":
+		// env:NAME keeps the token out of shell history and ps (a
+		// token is base64url: it never holds a colon).
+		if name, ok := strings.CutPrefix(tok, "env:"); ok {
+			v, set := os.LookupEnv(name)
+			if !set || v == "" {
+				return fmt.Errorf("--token: environment variable %s is unset or empty", name)
+			}
+			tok = v
+		}
 		if in.segID == "" {
 			return errors.New("--token needs the segment id it is for")
 		}

@@ -192,6 +192,15 @@ func TestStoreInspectURL(t *testing.T) {
 	if strings.Contains(out, tok) {
 		t.Error("output shows the token")
 	}
+	// --token env:NAME reads the token from the environment.
+	t.Setenv("INSPECT_TEST_TOKEN", tok)
+	out, err = runStoreInspectArgs(t, "--config", cfg, "--now", "1800000000000", gen3TwoDigests, "--token", "env:INSPECT_TEST_TOKEN")
+	if err != nil || !strings.Contains(out, "  outcome   granted") {
+		t.Errorf("--token env:: %v\n%s", err, out)
+	}
+	if _, err := runStoreInspectArgs(t, "--config", cfg, gen3TwoDigests, "--token", "env:INSPECT_TEST_NO_TOKEN"); err == nil || !strings.Contains(err.Error(), "INSPECT_TEST_NO_TOKEN is unset") {
+		t.Errorf("--token env: of an unset variable: %v", err)
+	}
 	// A '#' after the token: the handler refuses what a log filter would
 	// miss, and the inspector says so.
 	out, err = runStoreInspectArgs(t, "--config", cfg, "--now", "1800000000000", "--url", "https://a.example/sync/segments/"+gen3TwoDigests+"?st="+tok+"#x")
