@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/presign"
 )
 
@@ -130,5 +131,106 @@ func TestStoreInspect(t *testing.T) {
 		if code != 0 || !strings.Contains(out, w) {
 			t.Errorf("exit %d, output lacks %q:\n%s", code, w, out)
 		}
+	}
+}
+
+const inspectS3Site = `{
+	admin 127.0.0.1:{{ADMIN}}
+	default_bind 127.0.0.1
+}
+
+http://127.0.0.1:{{PORT}} {
+	syncular_segments /sync/segments/* {
+		key {env.SEG_KEY}
+		audience template aud:{partition}
+		store s3 {
+			bucket segments
+			region auto
+			prefix edge/
+			endpoint {env.S3_ENDPOINT}
+			access_key_id {env.S3_ACCESS_KEY}
+			secret_access_key {env.S3_SECRET_KEY}
+		}
+	}
+	respond 404
+}
+`
+
+// TestStoreInspectS3 runs the real binary's inspector on a redirect edge
+// over versitygw holding a segment of each S3 layout: it names the objects
+// and the record read, and its decision is the running edge's (302 for a
+// record object, the bytes streamed for a legacy header), with no
+// credential, key or token in its output.
+func TestStoreInspectS3(t *testing.T) {
+	bin := caddyBinary(t)
+	srv := s3test.Start(t, s3test.WithRegion("auto"))
+	srv.CreateBucket(t, "segments")
+	c3 := srv.Client()
+	const prefix, partition = "edge/", "inspect-s3-partition-41a"
+	sd := presign.ScopeDigest(map[string][]string{"project_id": {"inspect-s3"}})
+	now := time.Now()
+	record := func(body []byte) map[string]any {
+		return map[string]any{
+			"partition": partition, "logEpoch": "e1", "table": "tasks", "schemaVersion": 3, "mediaType": "rows",
+			"scopeDigest": sd, "asOfCommitSeq": 1, "rowCount": 1, "rowCursor": nil, "nextRowCursor": nil,
+			"segmentId": s3test.SegmentID(body), "byteLength": len(body),
+			"createdAtMs": now.UnixMilli(), "expiresAtMs": now.Add(time.Hour).UnixMilli(),
+		}
+	}
+	currentBody := []byte("inspector: current writer's segment")
+	currentID := s3test.PutSegment(t, c3, "segments", prefix, currentBody, "")
+	s3test.PutRecordObject(t, c3, "segments", prefix, currentID, record(currentBody))
+	legacyBody := []byte("inspector: older writer's segment")
+	legacyID := s3test.PutSegment(t, c3, "segments", prefix, legacyBody, s3test.RecordHeader(record(legacyBody)))
+
+	segKey := "hex:7d2e9b41c6a05f38e1d4b7a29c60f3e58b1a4d7c2e9f06b3a58d1c4e7b20f9a6"
+	vars := []string{"SEG_KEY=" + segKey, "S3_ENDPOINT=" + srv.Endpoint, "S3_ACCESS_KEY=" + srv.AccessKey, "S3_SECRET_KEY=" + srv.SecretKey}
+	c := startCaddy(t, inspectS3Site, vars...)
+	cfg := filepath.Join(c.dir, "Caddyfile")
+	kb, _ := presign.ParseKey(segKey)
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+	for _, tc := range []struct {
+		name, id string
+		want     []string
+	}{
+		{"record object", currentID, []string{
+			"no x-amz-meta-syncular-record header", "layout      record object\n", "  delivery  redirect",
+			"  location  " + srv.Endpoint + "/segments/" + prefix + "seg/sha256/" + strings.TrimPrefix(currentID, "sha256:") + " (presigned; query not shown)",
+		}},
+		{"legacy header", legacyID, []string{
+			"carries x-amz-meta-syncular-record", "layout      legacy x-amz-meta-syncular-record header only (no record object)",
+			"  delivery  stream_legacy",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := presign.Sign(kb, tc.id, sd, "aud:"+partition, now.Add(5*time.Minute).Unix())
+			res, err := noRedirect.Get(c.Base + "/sync/segments/" + tc.id + "?st=" + tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			cmd := exec.Command(bin, "syncular-store", "inspect", "--config", cfg, tc.id, "--token", "env:ST")
+			cmd.Env = append(os.Environ(), append(vars, "ST="+tok, "HOME="+t.TempDir())...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			want := append([]string{
+				`backend     s3 bucket "segments" prefix "` + prefix + `"`,
+				"[0] live      partition " + partition,
+				"  status    " + res.Status + "\n", "  outcome   granted",
+			}, tc.want...)
+			for _, w := range want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q (edge answered %s):\n%s", w, res.Status, out)
+				}
+			}
+			for _, s := range []string{srv.AccessKey, srv.SecretKey, strings.TrimPrefix(segKey, "hex:"), tok, "X-Amz-"} {
+				if strings.Contains(string(out), s) {
+					t.Errorf("output shows a credential, key or token:\n%s", out)
+				}
+			}
+		})
 	}
 }
