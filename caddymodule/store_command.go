@@ -21,8 +21,8 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 func init() {
@@ -103,7 +103,7 @@ func runStoreInspect(cmd *cobra.Command, args []string) error {
 	}
 	in := storeInspection{now: time.Now()}
 	if s := get("now"); s != "" {
-		t, err := presign.ParseTime(s)
+		t, err := token.ParseTime(s)
 		if err != nil {
 			return fmt.Errorf("--now: %v", err)
 		}
@@ -161,7 +161,7 @@ func (in *storeInspection) request(tok, rawURL string) error {
 		if err != nil {
 			return errors.New("--url: not a URL")
 		}
-		t, urlSeg, err := presign.TokenFromURL(rawURL)
+		t, urlSeg, err := token.TokenFromURL(rawURL)
 		if err != nil {
 			return fmt.Errorf("--url: %v", err)
 		}
@@ -371,9 +371,9 @@ func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *
 	}
 	nowMs := in.now.UnixMilli()
 	fmt.Fprintf(w, "record      %d bytes, %s, %d publication(s) at %s\n", rec.ByteLength, rec.MediaType, len(rec.Publications), in.now.UTC().Format(time.RFC3339))
-	var claims *presign.Report
+	var claims *token.Report
 	if in.token != "" {
-		claims = presign.Inspect(in.token, presign.InspectOptions{SegmentID: in.segID, Now: in.now, Skew: h.skew, MaxLen: h.MaxTokenLength})
+		claims = token.Inspect(in.token, token.InspectOptions{SegmentID: in.segID, Now: in.now, Skew: h.skew, MaxLen: h.MaxTokenLength})
 		if claims.Decoded {
 			in.matched = []string{}
 		}
@@ -462,7 +462,7 @@ func (in *storeInspection) decide(ctx context.Context, w io.Writer, h *Handler) 
 		fmt.Fprintf(w, "  handed to the next handler (no st parameter)\n")
 		return nil
 	}
-	if outcome != outcomeGranted && outcome != outcomeNotModied {
+	if outcome != outcomeGranted && outcome != outcomeNotModified {
 		var body struct {
 			Code    string `json:"code"`
 			Message string `json:"message"`

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // The gen-3 vector store at its nowMs (segments-gen3.json).
@@ -85,11 +85,11 @@ func runStoreInspectArgs(t *testing.T, args ...string) (string, error) {
 
 func inspectToken(t *testing.T, seg, sd, partition string) string {
 	t.Helper()
-	key, err := presign.ParseKey("hex:" + inspectKeyHex)
+	key, err := token.ParseKey("hex:" + inspectKeyHex)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return presign.Sign(key, seg, sd, "aud:"+partition, gen3Now/1000+600)
+	return token.Sign(key, seg, sd, "aud:"+partition, gen3Now/1000+600)
 }
 
 func TestStoreInspectDecisions(t *testing.T) {
@@ -142,7 +142,7 @@ func TestStoreInspectDecisions(t *testing.T) {
 			want: []string{"token: scope digest matches, audience differs", "segment token rejected: audience mismatch", "  matches   no publication has both"},
 		},
 		{
-			name: "bad MAC", seg: gen3TwoDigests, tok: presign.Sign([]byte("another-key-0123456789abcdef0123"), gen3TwoDigests, gen3DigestA, "aud:p1", gen3Now/1000+600), refused: true,
+			name: "bad MAC", seg: gen3TwoDigests, tok: token.Sign([]byte("another-key-0123456789abcdef0123"), gen3TwoDigests, gen3DigestA, "aud:p1", gen3Now/1000+600), refused: true,
 			want: []string{"  outcome   sync.forbidden", "segment token rejected: bad MAC", "  key slot  none"},
 		},
 	}
@@ -350,7 +350,7 @@ func TestStoreInspectS3(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			tok := token(tc.id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
+			tok := mintToken(tc.id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
 			out, err := runStoreInspectArgs(t, "--config", path, "--adapter", "json", "--now", strconv.FormatInt(testNow.UnixMilli(), 10),
 				"--site", "s3.example", tc.id, "--token", tok)
 			if err != nil {

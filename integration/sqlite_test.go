@@ -22,36 +22,13 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
-type gen3Vectors struct {
-	NowMs int64 `json:"nowMs"`
-	Keys  struct {
-		Current  string `json:"current"`
-		Previous string `json:"previous"`
-	} `json:"keys"`
-	Audience struct {
-		Key string `json:"key"`
-	} `json:"audience"`
-	Partitions []string `json:"partitions"`
-	Segments   map[string]struct {
-		SegmentID   string `json:"segmentId"`
-		BytesSha256 string `json:"bytesSha256"`
-		ByteLength  int    `json:"byteLength"`
-	} `json:"segments"`
-	Cases []struct {
-		Name   string  `json:"name"`
-		Path   string  `json:"path"`
-		Token  *string `json:"token"`
-		Expect struct {
-			Status  any    `json:"status"`
-			Segment string `json:"segment"`
-			Code    string `json:"code"`
-		} `json:"expect"`
-	} `json:"cases"`
-}
+// gen3Vectors is segments-gen3.json (testkit.Gen3).
+type gen3Vectors = testkit.Gen3
 
 // sqliteSite is the Caddyfile the SQLite tests run: secrets from the
 // environment, debug server log and a filtered access log in the
@@ -235,8 +212,8 @@ func reissue(t *testing.T, tok string, v gen3Vectors, keys vectorStandIns, delta
 		old, _ := strconv.ParseInt(string(b[6:]), 10, 64)
 		return []byte(`"exp":` + strconv.FormatInt(setExp(old+deltaS), 10))
 	})
-	oldAud, _ := presign.HMACAudience([]byte(v.Audience.Key), "hex")
-	newAud, _ := presign.HMACAudience([]byte(keys.aud), "hex")
+	oldAud, _ := token.HMACAudience([]byte(v.Audience.Key), "hex")
+	newAud, _ := token.HMACAudience([]byte(keys.aud), "hex")
 	payload = audRe.ReplaceAllFunc(payload, func(b []byte) []byte {
 		for _, p := range vectorPartitions {
 			if string(b) == `"aud":"`+oldAud.Derive(p)+`"` {
@@ -313,8 +290,8 @@ func TestSQLiteGen3(t *testing.T) {
 
 	// The writer: publishes new segments into the live file (WAL) while
 	// the cases run; each is then downloaded with a fresh token.
-	aud, _ := presign.HMACAudience([]byte(keys.aud), "hex")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"writer"}})
+	aud, _ := token.HMACAudience([]byte(keys.aud), "hex")
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"writer"}})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var published, fetched atomic.Int64
@@ -344,7 +321,7 @@ func TestSQLiteGen3(t *testing.T) {
 				return
 			}
 			published.Add(1)
-			tok := presign.Sign([]byte(keys.cur), id, digest, aud.Derive("p1"), time.Now().Unix()+600)
+			tok := token.Sign([]byte(keys.cur), id, digest, aud.Derive("p1"), time.Now().Unix()+600)
 			r, err := try("GET", c.Base+"/segments/"+id+"?st="+tok, nil)
 			if err != nil {
 				t.Errorf("writer fetch: %v", err)

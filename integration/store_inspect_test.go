@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 const inspectSite = `{
@@ -40,22 +40,22 @@ func TestStoreInspect(t *testing.T) {
 	bin := caddyBinary(t)
 	body := []byte("SSG2 store inspector segment")
 	const partition = "inspect-partition-9f2c"
-	sd := presign.ScopeDigest(map[string][]string{"project_id": {"inspect"}})
-	otherSD := presign.ScopeDigest(map[string][]string{"project_id": {"someone-else"}})
+	sd := token.ScopeDigest(map[string][]string{"project_id": {"inspect"}})
+	otherSD := token.ScopeDigest(map[string][]string{"project_id": {"someone-else"}})
 	dbPath, id := seedOne(t, partition, sd, body)
 	segKey := "hex:0b6f93c2d4a81e57f0c3b9a26d4e1f8a7c50e92b3d16f4a8c7e05b2d91a3f6c4"
 	audKey := "hex:e27c4a9f1b3d5e8c06a2f7b4d9c1e3a58f0b6d2c4e7a91f3b5d8c0e2a4f6b1d3"
 	c := startCaddy(t, strings.Replace(inspectSite, "STORE_PATH", dbPath, 1), "SEG_KEY="+segKey, "AUD_KEY="+audKey)
 	cfg := filepath.Join(c.dir, "Caddyfile")
 
-	kb, _ := presign.ParseKey(segKey)
-	ab, _ := presign.ParseKey(audKey)
-	aud, _ := presign.HMACAudience(ab, "hex")
+	kb, _ := token.ParseKey(segKey)
+	ab, _ := token.ParseKey(audKey)
+	aud, _ := token.HMACAudience(ab, "hex")
 	exp := time.Now().Add(5 * time.Minute).Unix()
 	tokens := map[string]string{
-		"granted":         presign.Sign(kb, id, sd, aud.Derive(partition), exp),
-		"wrong digest":    presign.Sign(kb, id, otherSD, aud.Derive(partition), exp),
-		"other partition": presign.Sign(kb, id, sd, aud.Derive("another-partition"), exp),
+		"granted":         token.Sign(kb, id, sd, aud.Derive(partition), exp),
+		"wrong digest":    token.Sign(kb, id, otherSD, aud.Derive(partition), exp),
+		"other partition": token.Sign(kb, id, sd, aud.Derive("another-partition"), exp),
 	}
 	env := append(os.Environ(), "SEG_KEY="+segKey, "AUD_KEY="+audKey, "HOME="+t.TempDir())
 	inspect := func(args ...string) (string, int) {
@@ -167,7 +167,7 @@ func TestStoreInspectS3(t *testing.T) {
 	srv.CreateBucket(t, "segments")
 	c3 := srv.Client()
 	const prefix, partition = "edge/", "inspect-s3-partition-41a"
-	sd := presign.ScopeDigest(map[string][]string{"project_id": {"inspect-s3"}})
+	sd := token.ScopeDigest(map[string][]string{"project_id": {"inspect-s3"}})
 	now := time.Now()
 	record := func(body []byte) map[string]any {
 		return map[string]any{
@@ -187,7 +187,7 @@ func TestStoreInspectS3(t *testing.T) {
 	vars := []string{"SEG_KEY=" + segKey, "S3_ENDPOINT=" + srv.Endpoint, "S3_ACCESS_KEY=" + srv.AccessKey, "S3_SECRET_KEY=" + srv.SecretKey}
 	c := startCaddy(t, inspectS3Site, vars...)
 	cfg := filepath.Join(c.dir, "Caddyfile")
-	kb, _ := presign.ParseKey(segKey)
+	kb, _ := token.ParseKey(segKey)
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 
 	for _, tc := range []struct {
@@ -204,7 +204,7 @@ func TestStoreInspectS3(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tok := presign.Sign(kb, tc.id, sd, "aud:"+partition, now.Add(5*time.Minute).Unix())
+			tok := token.Sign(kb, tc.id, sd, "aud:"+partition, now.Add(5*time.Minute).Unix())
 			res, err := noRedirect.Get(c.Base + "/sync/segments/" + tc.id + "?st=" + tok)
 			if err != nil {
 				t.Fatal(err)

@@ -2,14 +2,12 @@ package store
 
 import (
 	"bytes"
-	"container/list"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -21,11 +19,10 @@ var ErrCorruptSegment = errors.New("segment bytes do not match their id")
 
 // Default cache settings (see CacheOptions).
 const (
-	DefaultRecordTTL     = 2 * time.Second
-	DefaultMaxRecords    = 10_000
-	DefaultMaxBytes      = 64 << 20 // 64 MiB
-	DefaultMaxEntry      = 8 << 20  // 8 MiB
-	DefaultSharedTimeout = 5 * time.Second
+	DefaultRecordTTL  = 2 * time.Second
+	DefaultMaxRecords = 10_000
+	DefaultMaxBytes   = 64 << 20 // 64 MiB
+	DefaultMaxEntry   = 8 << 20  // 8 MiB
 )
 
 // CacheOptions bounds a Cached store. The zero value caches nothing (it
@@ -58,7 +55,7 @@ type CacheOptions struct {
 	// Timeout bounds one shared store call (a Lookup, or reading a
 	// segment's bytes into the cache). A shared call runs detached from
 	// the caller that started it, so a client that disconnects does not
-	// fail the others waiting on the same read. 0: DefaultSharedTimeout.
+	// fail the others waiting on the same read. 0: DefaultTimeout.
 	Timeout time.Duration
 	// Now is the clock for record ages. nil: time.Now.
 	Now func() time.Time
@@ -72,7 +69,7 @@ func DefaultCacheOptions() CacheOptions {
 		MaxRecords: DefaultMaxRecords,
 		MaxBytes:   DefaultMaxBytes,
 		MaxEntry:   DefaultMaxEntry,
-		Timeout:    DefaultSharedTimeout,
+		Timeout:    DefaultTimeout,
 	}
 }
 
@@ -102,7 +99,7 @@ type Cached struct {
 // DefaultCacheOptions); negative values count as 0.
 func NewCached(inner Store, opts CacheOptions) *Cached {
 	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultSharedTimeout
+		opts.Timeout = DefaultTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -122,10 +119,18 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 // Inner returns the wrapped store.
 func (c *Cached) Inner() Store { return c.inner }
 
+// SharedTimeout is the bound on every read a Lookup or Open shares
+// (CacheOptions.Timeout): Cached is Bounded.
+func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
+
 // CacheStats counts cache answers since the store was built.
 type CacheStats struct {
+	// RecordHits and RecordMisses count Lookups answered from memory and
+	// from the store.
 	RecordHits, RecordMisses int64
-	ByteHits, ByteMisses     int64
+	// ByteHits and ByteMisses count Opens answered from the bytes cache
+	// and Opens that filled it (or tried to).
+	ByteHits, ByteMisses int64
 	// PassThrough counts Opens streamed from the store uncached (too
 	// large, length unknown, or no room for a fill).
 	PassThrough int64
@@ -207,35 +212,50 @@ func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
 // errNoRoom: a fill would push the bytes cache over its budget.
 var errNoRoom = errors.New("store: cache: no room")
 
-// Open serves a cached segment from memory. A segment that is not cached
-// but whose length is known (from a recent Lookup) and fits MaxEntry is
-// read whole, once, by one shared call, checked against its id, cached,
-// and served to every concurrent caller. Anything else streams from the
-// inner store.
+// Open serves a segment through the tiers in order: memory (a cached
+// segment, or one whose length is known from a recent Lookup and fits
+// MaxEntry, read whole once by one shared call, checked against its id,
+// cached and served to every concurrent caller), then the inner store,
+// streamed uncached.
 func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
 	if off < 0 {
 		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
 	}
-	if c.opts.MaxBytes > 0 {
-		if b, ok := c.blobs.get(segmentID); ok {
-			c.byteHits.Add(1)
-			return sliceReader(b, off, n), nil
-		}
-		if size, ok := c.records.size(segmentID); ok && size <= c.opts.MaxEntry {
-			c.byteMisses.Add(1)
-			b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
-				return c.fill(sctx, segmentID, size)
-			})
-			if err == nil {
-				return sliceReader(b, off, n), nil
-			}
-			if !errors.Is(err, errNoRoom) {
-				return nil, err
-			}
-		}
+	if rc, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
+		return rc, err
 	}
 	c.passThrough.Add(1)
 	return c.inner.Open(ctx, segmentID, off, n)
+}
+
+// openMemory serves segmentID from the bytes cache, filling it first when
+// the segment fits. ok is false, with no error, when the segment is not
+// for memory (bytes cache off, length unknown, larger than MaxEntry, or
+// no room for a fill): the next tier serves it.
+func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, ok bool, err error) {
+	if c.opts.MaxBytes <= 0 {
+		return nil, false, nil
+	}
+	if b, ok := c.blobs.get(segmentID); ok {
+		c.byteHits.Add(1)
+		return sliceReader(b, off, n), true, nil
+	}
+	size, ok := c.records.size(segmentID)
+	if !ok || size > c.opts.MaxEntry {
+		return nil, false, nil
+	}
+	c.byteMisses.Add(1)
+	b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
+		return c.fill(sctx, segmentID, size)
+	})
+	switch {
+	case err == nil:
+		return sliceReader(b, off, n), true, nil
+	case errors.Is(err, errNoRoom):
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
 }
 
 // fill reads segmentID whole, verifies it and caches it.
@@ -305,249 +325,15 @@ type memBody struct {
 	b []byte
 }
 
+// Bytes returns the unread part of the segment.
 func (m *memBody) Bytes() []byte { return m.b[len(m.b)-m.Len():] }
-func (m *memBody) Close() error  { return nil }
 
-// flight makes concurrent calls for one key share a single execution
-// (singleflight). The execution runs on its own goroutine under a context
-// detached from every caller's cancellation and bounded by a timeout; a
-// caller whose context ends stops waiting, the others keep waiting.
-type flight[T any] struct {
-	mu     sync.Mutex
-	calls  map[string]*flightCall[T]
-	joined atomic.Int64 // callers that found a call under way
-}
-
-type flightCall[T any] struct {
-	done    chan struct{}
-	val     T
-	err     error
-	waiters int // callers attached (for tests)
-}
-
-func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
-	g.mu.Lock()
-	if g.calls == nil {
-		g.calls = map[string]*flightCall[T]{}
-	}
-	fc, ok := g.calls[key]
-	if !ok {
-		fc = &flightCall[T]{done: make(chan struct{})}
-		g.calls[key] = fc
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-		go g.run(sctx, cancel, key, fc, fn)
-	} else {
-		g.joined.Add(1)
-	}
-	fc.waiters++
-	g.mu.Unlock()
-	select {
-	case <-fc.done:
-		return fc.val, fc.err
-	case <-ctx.Done():
-		var zero T
-		return zero, fmt.Errorf("store: cache: %w", ctx.Err())
-	}
-}
-
-func (g *flight[T]) run(ctx context.Context, cancel context.CancelFunc, key string, fc *flightCall[T], fn func(context.Context) (T, error)) {
-	defer cancel()
-	defer func() {
-		if p := recover(); p != nil {
-			fc.err = fmt.Errorf("store: cache: panic in shared store call: %v", p)
-		}
-		g.mu.Lock()
-		delete(g.calls, key)
-		g.mu.Unlock()
-		close(fc.done)
-	}()
-	fc.val, fc.err = fn(ctx)
-}
-
-// waiting returns how many callers are attached to the call for key.
-func (g *flight[T]) waiting(key string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if fc := g.calls[key]; fc != nil {
-		return fc.waiters
-	}
-	return 0
-}
-
-// recordLRU holds records with the time their read began.
-type recordLRU struct {
-	mu      sync.Mutex
-	max     int
-	ll      *list.List // front: most recently used
-	m       map[string]*list.Element
-	evicted atomic.Int64
-}
-
-type recordEntry struct {
-	id      string
-	rec     *Record
-	fetched time.Time
-	served  bool // returned by a cache hit at least once
-}
-
-func newRecordLRU(max int) *recordLRU {
-	return &recordLRU{max: max, ll: list.New(), m: map[string]*list.Element{}}
-}
-
-// get returns the record of id when it was fetched after notBefore.
-func (l *recordLRU) get(id string, notBefore time.Time) (*Record, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.m[id]
-	if !ok {
-		return nil, false
-	}
-	ent := e.Value.(*recordEntry)
-	if !ent.fetched.After(notBefore) {
-		return nil, false
-	}
-	l.ll.MoveToFront(e)
-	ent.served = true
-	return ent.rec, true
-}
-
-// stale reports whether rec may be older than a read made now: it is the
-// cached record of id and a cache hit has handed it out. A record just
-// read by a miss (not yet served from the cache) is not stale.
-func (l *recordLRU) stale(id string, rec *Record) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.m[id]
-	if !ok {
-		return true
-	}
-	ent := e.Value.(*recordEntry)
-	return ent.rec == rec && ent.served
-}
-
-// size returns the byte length of id's record, whatever its age: the
-// length of a content address never changes.
-func (l *recordLRU) size(id string) (int64, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.m[id]; ok {
-		return e.Value.(*recordEntry).rec.ByteLength, true
-	}
-	return 0, false
-}
-
-func (l *recordLRU) put(id string, rec *Record, fetched time.Time) {
-	if l.max <= 0 {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if e, ok := l.m[id]; ok {
-		ent := e.Value.(*recordEntry)
-		ent.rec, ent.fetched, ent.served = rec, fetched, false
-		l.ll.MoveToFront(e)
-		return
-	}
-	l.m[id] = l.ll.PushFront(&recordEntry{id: id, rec: rec, fetched: fetched})
-	for l.ll.Len() > l.max {
-		old := l.ll.Back()
-		l.ll.Remove(old)
-		delete(l.m, old.Value.(*recordEntry).id)
-		l.evicted.Add(1)
-	}
-}
-
-func (l *recordLRU) len() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ll.Len()
-}
-
-// blobLRU holds verified segment bytes within a byte budget that counts
-// the entries and the fills in progress.
-type blobLRU struct {
-	mu       sync.Mutex
-	max      int64
-	used     int64 // entries
-	inflight int64 // reserved by fills in progress
-	ll       *list.List
-	m        map[string]*list.Element
-	evicted  atomic.Int64
-}
-
-type blobEntry struct {
-	id string
-	b  []byte
-}
-
-func newBlobLRU(max int64) *blobLRU {
-	return &blobLRU{max: max, ll: list.New(), m: map[string]*list.Element{}}
-}
-
-func (l *blobLRU) get(id string) ([]byte, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.m[id]
-	if !ok {
-		return nil, false
-	}
-	l.ll.MoveToFront(e)
-	return e.Value.(*blobEntry).b, true
-}
-
-// reserve makes room for a fill of n bytes, evicting least recently used
-// entries; false when fills in progress leave no room.
-func (l *blobLRU) reserve(n int64) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.inflight+n > l.max {
-		return false
-	}
-	l.evictLocked(l.max - l.inflight - n)
-	l.inflight += n
-	return true
-}
-
-func (l *blobLRU) release(n int64) {
-	l.mu.Lock()
-	l.inflight -= n
-	l.mu.Unlock()
-}
-
-// insert turns a reservation of len(b) bytes into an entry.
-func (l *blobLRU) insert(id string, b []byte) {
-	n := int64(len(b))
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.inflight -= n
-	if _, ok := l.m[id]; ok {
-		return
-	}
-	l.evictLocked(l.max - l.inflight - n)
-	l.m[id] = l.ll.PushFront(&blobEntry{id: id, b: b})
-	l.used += n
-}
-
-// evictLocked drops least recently used entries until used <= limit.
-func (l *blobLRU) evictLocked(limit int64) {
-	for l.used > limit {
-		old := l.ll.Back()
-		if old == nil {
-			return
-		}
-		l.ll.Remove(old)
-		ent := old.Value.(*blobEntry)
-		delete(l.m, ent.id)
-		l.used -= int64(len(ent.b))
-		l.evicted.Add(1)
-	}
-}
-
-func (l *blobLRU) usage() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.used + l.inflight
-}
+// Close does nothing: the bytes belong to the cache.
+func (m *memBody) Close() error { return nil }
 
 // Interface guards
-var _ Store = (*Cached)(nil)
+var (
+	_ Store       = (*Cached)(nil)
+	_ Revalidator = (*Cached)(nil)
+	_ Bounded     = (*Cached)(nil)
+)

@@ -17,6 +17,7 @@ const (
 	Expired
 )
 
+// String names the outcome as logged: granted, forbidden, not_found, expired.
 func (o Outcome) String() string {
 	switch o {
 	case Granted:
@@ -56,6 +57,7 @@ const (
 	ReasonOvertaken
 )
 
+// String names the reason as logged (no_record, scope_digest, ...).
 func (r Reason) String() string {
 	switch r {
 	case ReasonNone:
@@ -78,6 +80,7 @@ func (r Reason) String() string {
 
 // GrantResult is the answer of Grant.
 type GrantResult struct {
+	// Outcome is the answer: Granted, Forbidden or Expired.
 	Outcome Outcome
 	Reason  Reason // ReasonNone when granted
 	// UntilMs is the latest expiresAtMs among the live, un-overtaken

@@ -54,7 +54,7 @@ func OpenSQLiteBlobs(path string, opts SQLiteOptions) (*SQLiteBlobs, error) {
 	}
 	busy := opts.BusyTimeout
 	if busy <= 0 {
-		busy = defaultBusyTimeout
+		busy = DefaultTimeout
 	}
 	conns := opts.MaxOpenConns
 	if conns <= 0 {

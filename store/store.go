@@ -7,7 +7,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 )
+
+// DefaultTimeout is the one default bound on a store call: the handler's
+// store_timeout, the cache's shared calls (CacheOptions.Timeout) and the
+// SQLite busy wait (SQLiteOptions.BusyTimeout) all default to it. A store
+// slower than this is a fault the client is asked to retry.
+const DefaultTimeout = 5 * time.Second
 
 // ErrNotFound means the store has no record of the segment id (§4 step 1,
 // or an object removed by a lifecycle rule). Every other error a Store
@@ -23,27 +30,45 @@ const (
 // Publication is one grant under which a content address was published
 // (PROTOCOL.md §4). Times are epoch milliseconds.
 type Publication struct {
-	Partition     string  `json:"partition"`
-	LogEpoch      string  `json:"logEpoch"`
-	Table         string  `json:"table"`
-	SchemaVersion int64   `json:"schemaVersion"`
-	MediaType     string  `json:"mediaType"`
-	ScopeDigest   string  `json:"scopeDigest"`
-	AsOfCommitSeq int64   `json:"asOfCommitSeq"`
-	RowCount      int64   `json:"rowCount"`
+	// Partition the segment was built from; never logged or sent.
+	Partition string `json:"partition"`
+	// LogEpoch of the partition's commit log the segment belongs to.
+	LogEpoch string `json:"logEpoch"`
+	// Table the segment's rows come from.
+	Table string `json:"table"`
+	// SchemaVersion the rows were written under.
+	SchemaVersion int64 `json:"schemaVersion"`
+	// MediaType is MediaRows or MediaSQLite.
+	MediaType string `json:"mediaType"`
+	// ScopeDigest is the 64-hex SHA-256 of the effective scopes the
+	// segment was built for; a token's sd must equal it.
+	ScopeDigest string `json:"scopeDigest"`
+	// AsOfCommitSeq is the commit the segment is a snapshot at.
+	AsOfCommitSeq int64 `json:"asOfCommitSeq"`
+	// RowCount is the number of rows in the segment.
+	RowCount int64 `json:"rowCount"`
+	// RowCursor and NextRowCursor bound the rows of a chunked snapshot
+	// (nil: the first chunk, or the last).
 	RowCursor     *string `json:"rowCursor"`
 	NextRowCursor *string `json:"nextRowCursor"`
-	ByteLength    int64   `json:"byteLength"`
-	CreatedAtMs   int64   `json:"createdAtMs"`
-	ExpiresAtMs   int64   `json:"expiresAtMs"`
+	// ByteLength is the segment's size in bytes.
+	ByteLength int64 `json:"byteLength"`
+	// CreatedAtMs is when the publication was written.
+	CreatedAtMs int64 `json:"createdAtMs"`
+	// ExpiresAtMs is when the grant ends (§4: live while now < it).
+	ExpiresAtMs int64 `json:"expiresAtMs"`
 }
 
 // Record is what a store knows about one segment id: its size, its media
 // type and every publication of it (explicit or derived, §4).
 type Record struct {
-	SegmentID    string
-	ByteLength   int64
-	MediaType    string
+	// SegmentID is the content address: "sha256:" + 64 lowercase hex.
+	SegmentID string
+	// ByteLength is the segment's size in bytes.
+	ByteLength int64
+	// MediaType is MediaRows or MediaSQLite.
+	MediaType string
+	// Publications are the grants the segment is published under.
 	Publications []Publication
 
 	// Fenced is true when the store knows each partition's current
@@ -78,6 +103,25 @@ type Store interface {
 	Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error)
 	// Close releases the store's resources.
 	Close() error
+}
+
+// Revalidator is a Store that may answer Lookup from memory (Cached). A
+// caller about to refuse a request on a record asks it for one at least as
+// new as a read started now, so a refusal is never decided on a stale
+// record. fresh is the new record and ok true when one was read; ok is
+// false when rec is already fresh (nothing was read) or the read failed
+// (err).
+type Revalidator interface {
+	Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error)
+}
+
+// Bounded is a Store whose Lookup bounds every read of its backing store
+// by a timeout of its own (Cached: a miss waits on a shared read, detached
+// from the caller, that runs out after SharedTimeout), so a caller needs
+// no timer of its own around Lookup.
+type Bounded interface {
+	// SharedTimeout is the bound (> 0).
+	SharedTimeout() time.Duration
 }
 
 // ValidSegmentID reports whether id is "sha256:" + 64 lowercase hex digits.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,8 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // The bucket the demo writes and examples/demo-s3.Caddyfile reads.
@@ -27,12 +27,13 @@ const (
 	demoRegion = "auto" // as R2; the examples default to it
 )
 
-// writeLegacyHeader also puts the record on the bytes object as the
+// writeLegacyHeader would also put the record on the bytes object as the
 // x-amz-meta-syncular-record header (base64url of the same JSON), the
-// layout of older writers. Edges that read only that header need it; an
-// edge that reads record objects ignores it when the record object
-// exists (PROTOCOL.md §5.2), so both agree.
-const writeLegacyHeader = true
+// layout of older writers. It stays off: this edge reads record objects,
+// and by default it streams (does not redirect) a bytes object that
+// carries the legacy header (PROTOCOL.md §5.2), so with it the redirect
+// site would answer 200 instead of 302.
+const writeLegacyHeader = false
 
 // gateway is a versitygw started by the demo on 127.0.0.1.
 type gateway struct {
@@ -99,29 +100,9 @@ func (g *gateway) client() *s3.Client {
 	})
 }
 
-// s3Record is the record JSON of PROTOCOL.md §5.2, member names as the
-// reference writes them.
-type s3Record struct {
-	SegmentID     string  `json:"segmentId"`
-	Partition     string  `json:"partition"`
-	LogEpoch      string  `json:"logEpoch"`
-	Table         string  `json:"table"`
-	SchemaVersion int     `json:"schemaVersion"`
-	MediaType     string  `json:"mediaType"`
-	ScopeDigest   string  `json:"scopeDigest"`
-	AsOfCommitSeq int64   `json:"asOfCommitSeq"`
-	RowCount      int64   `json:"rowCount"`
-	RowCursor     *string `json:"rowCursor"`
-	NextRowCursor *string `json:"nextRowCursor"`
-	ByteLength    int64   `json:"byteLength"`
-	CreatedAtMs   int64   `json:"createdAtMs"`
-	ExpiresAtMs   int64   `json:"expiresAtMs"`
-}
-
 // seedS3 writes the demo's segments the way current reference writers
-// do: the bytes at {prefix}seg/sha256/{hex} without metadata (but see
-// writeLegacyHeader), the record as a plain JSON object at
-// {prefix}rec/sha256/{hex}.json.
+// do: the bytes at {prefix}seg/sha256/{hex} without metadata, the record
+// as a plain JSON object at {prefix}rec/sha256/{hex}.json.
 func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) {
 	image, err := sqliteImage(filepath.Join(dir, "image.tmp.db"))
 	if err != nil {
@@ -132,15 +113,12 @@ func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) 
 	var segs []demoSegment
 	for _, in := range demoInputs(image) {
 		id := segmentID(in.body)
-		digest := presign.ScopeDigest(in.scopes)
-		rec, err := json.Marshal(s3Record{
-			SegmentID: id, Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1,
+		digest := token.ScopeDigest(in.scopes)
+		rec := seed.S3Record(id, store.Publication{
+			Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1,
 			MediaType: in.media, ScopeDigest: digest, AsOfCommitSeq: 42, RowCount: 3,
 			ByteLength: int64(len(in.body)), CreatedAtMs: now, ExpiresAtMs: now + 24*3600*1000,
 		})
-		if err != nil {
-			return nil, err
-		}
 		hexID := strings.TrimPrefix(id, "sha256:")
 		seg := &s3.PutObjectInput{
 			Bucket:        aws.String(demoBucket),

@@ -1,4 +1,4 @@
-// Package presign signs and verifies Syncular native segment tokens (the
+// Package token signs and verifies Syncular native segment tokens (the
 // `st` query parameter of a signed segment URL, PROTOCOL.md §3), derives
 // partition audiences and computes scope digests.
 //
@@ -11,7 +11,7 @@
 //
 // The package knows nothing about Caddy or HTTP; every rejection is an
 // *Error, which the caller maps to 403 sync.forbidden.
-package presign
+package token
 
 import (
 	"crypto/hmac"
@@ -22,6 +22,7 @@ import (
 	"errors"
 	"hash"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -74,19 +75,42 @@ type Claims struct {
 	// Exp is the "exp" claim: unix seconds as a real number (it may be
 	// fractional, or +Inf for an overflowing literal such as 1e400).
 	Exp float64
-	// Raw is the whole parsed payload object, extra members included.
-	// Numbers are float64, arrays []any, objects map[string]any.
-	Raw map[string]any
+
+	payload string // the decoded payload text the claims were read from
 }
 
-// Verifier checks tokens against a fixed set of keys. It is immutable
-// after construction and safe for concurrent use.
-type Verifier struct {
-	keys   [][]byte
-	macs   []hash.Hash // per key, keyed HMAC state to clone (nil: not clonable)
-	skew   time.Duration
-	maxLen int
+// Raw returns the whole parsed payload object, extra members included.
+// Numbers are float64, arrays []any, objects map[string]any. It parses
+// the payload again on each call: verification itself never builds it.
+func (c *Claims) Raw() map[string]any {
+	v, _ := parseJSON(c.payload)
+	m, _ := v.(map[string]any)
+	return m
 }
+
+// Verifier checks tokens against a fixed set of keys. Its configuration
+// is immutable after construction (only its pool of scratch state
+// changes) and it is safe for concurrent use.
+type Verifier struct {
+	keys    [][]byte
+	skew    time.Duration
+	maxLen  int
+	scratch sync.Pool // *verifyScratch
+}
+
+// verifyScratch is the reusable state of one verification: a keyed
+// HMAC-SHA256 per key and the buffers the token decodes into. A
+// verification takes one from Verifier.scratch and returns it; nothing
+// that escapes verify (the claims) points into it.
+type verifyScratch struct {
+	macs []hash.Hash // macs[i] is keyed with Verifier.keys[i]
+	sum  [sha256.Size]byte
+	buf  []byte // decoded payload, then decoded MAC
+}
+
+// maxScratchBuf bounds the decode buffer a scratch keeps between uses, so
+// that a few huge tokens under a raised length cap do not pin memory.
+const maxScratchBuf = 8 << 10
 
 // NewVerifier returns a Verifier for keys, raw key bytes in slot order
 // (slot 0 is the current key; further slots are older keys still accepted
@@ -106,18 +130,15 @@ func NewVerifier(keys [][]byte, skew time.Duration, maxLen int) *Verifier {
 	for i, k := range keys {
 		v.keys[i] = append([]byte(nil), k...)
 	}
-	// Keyed HMAC states, computed once: a verification clones one instead
-	// of hashing the padded key again. Never written after this.
-	v.macs = make([]hash.Hash, len(v.keys))
-	for i, k := range v.keys {
-		h := hmac.New(sha256.New, k)
-		h.Reset()
-		if _, ok := h.(hash.Cloner); ok {
-			v.macs[i] = h
-		}
-	}
 	if v.maxLen <= 0 {
 		v.maxLen = DefaultMaxTokenLen
+	}
+	v.scratch.New = func() any {
+		s := &verifyScratch{macs: make([]hash.Hash, len(v.keys))}
+		for i, k := range v.keys {
+			s.macs[i] = hmac.New(sha256.New, k)
+		}
+		return s
 	}
 	return v
 }
@@ -140,18 +161,18 @@ func NewVerifier(keys [][]byte, skew time.Duration, maxLen int) *Verifier {
 // the token. On failure it returns an *Error; slot is still the matching
 // key's index when the MAC verified, and -1 otherwise.
 func (v *Verifier) Verify(token, segmentID string, now time.Time) (c *Claims, slot int, err error) {
-	c, slot, rej := v.verify(token, segmentID, now)
+	f, payload, slot, rej := v.verify(token, segmentID, now)
 	if rej == nil {
-		if _, ok := c.Raw["sd"].(string); !ok {
+		if f.has&hasSD == 0 {
 			rej = &Error{ReasonScope}
-		} else if _, ok := c.Raw["aud"].(string); !ok {
+		} else if f.has&hasAud == 0 {
 			rej = &Error{ReasonAudience}
 		}
 	}
 	if rej != nil {
 		return nil, slot, rej
 	}
-	return c, slot, nil
+	return &Claims{Seg: f.seg, SD: f.sd, Aud: f.aud, Exp: f.exp, payload: payload}, slot, nil
 }
 
 // VerifyFull is Verify followed by the reference's last two checks,
@@ -159,155 +180,116 @@ func (v *Verifier) Verify(token, segmentID string, now time.Time) (c *Claims, sl
 // verifySegmentToken exactly and is meant for tests and tooling; the edge
 // uses Verify and matches publications itself.
 func (v *Verifier) VerifyFull(token, segmentID, scopeDigest, audience string, now time.Time) (*Claims, int, error) {
-	c, slot, rej := v.verify(token, segmentID, now)
+	f, payload, slot, rej := v.verify(token, segmentID, now)
 	if rej == nil {
-		if sd, ok := c.Raw["sd"].(string); !ok || sd != scopeDigest {
+		if f.has&hasSD == 0 || f.sd != scopeDigest {
 			rej = &Error{ReasonScope}
-		} else if aud, ok := c.Raw["aud"].(string); !ok || aud != audience {
+		} else if f.has&hasAud == 0 || f.aud != audience {
 			rej = &Error{ReasonAudience}
 		}
 	}
 	if rej != nil {
 		return nil, slot, rej
 	}
-	return c, slot, nil
+	return &Claims{Seg: f.seg, SD: f.sd, Aud: f.aud, Exp: f.exp, payload: payload}, slot, nil
 }
 
 // verify implements the checks shared by Verify and VerifyFull. Its
-// *Error result is nil exactly when the token passed.
-func (v *Verifier) verify(token, segmentID string, now time.Time) (*Claims, int, *Error) {
+// *Error result is nil exactly when the token passed; the claims' strings
+// alias the returned payload text.
+func (v *Verifier) verify(token, segmentID string, now time.Time) (claimFields, string, int, *Error) {
 	if len(token) > v.maxLen {
-		return nil, -1, &Error{ReasonMalformed}
+		return claimFields{}, "", -1, &Error{ReasonMalformed}
 	}
 	payloadPart, macPart, found := strings.Cut(token, ".")
 	if !found {
-		return nil, -1, &Error{ReasonMalformed}
+		return claimFields{}, "", -1, &Error{ReasonMalformed}
 	}
-	// The reference lets atob's DOMException escape for undecodable
-	// parts; any such exception is a malformed token here.
-	payload, err := decodeBase64Loose(payloadPart)
-	if err != nil {
-		return nil, -1, &Error{ReasonMalformed}
-	}
-	mac, err := decodeBase64Loose(macPart)
-	if err != nil {
-		return nil, -1, &Error{ReasonMalformed}
-	}
-	slot := v.matchKey(payload, mac)
-	if slot < 0 {
-		return nil, -1, &Error{ReasonBadMAC}
+	text, slot, rej := v.authenticate(payloadPart, macPart)
+	if rej != nil {
+		return claimFields{}, "", slot, rej
 	}
 
-	parsed, ok := parseJSON(strings.TrimPrefix(decodeUTF8Lossy(payload), "\uFEFF"))
-	if !ok {
-		return nil, slot, &Error{ReasonUnparseable}
-	}
-	if parsed == nil {
+	f, status := decodeClaims(text)
+	switch status {
+	case claimsUnparseable:
+		return claimFields{}, "", slot, &Error{ReasonUnparseable}
+	case claimsNull:
 		// JSON null: the reference's claims.v throws a TypeError.
-		return nil, slot, &Error{ReasonMalformed}
+		return claimFields{}, "", slot, &Error{ReasonMalformed}
 	}
 	// Any other non-object (array, string, number, boolean) has no own
 	// "v", so the reference sees undefined !== 1.
-	raw, _ := parsed.(map[string]any)
-	if ver, ok := raw["v"].(float64); !ok || ver != 1 {
-		return nil, slot, &Error{ReasonVersion}
+	if f.has&hasV == 0 || f.v != 1 {
+		return claimFields{}, "", slot, &Error{ReasonVersion}
 	}
-	exp, ok := raw["exp"].(float64)
-	if !ok || exp < float64(now.UnixMilli())/1000-v.skew.Seconds() {
-		return nil, slot, &Error{ReasonExpired}
+	if f.has&hasExp == 0 || f.exp < float64(now.UnixMilli())/1000-v.skew.Seconds() {
+		return claimFields{}, "", slot, &Error{ReasonExpired}
 	}
-	seg, ok := raw["seg"].(string)
-	if !ok || seg != segmentID {
-		return nil, slot, &Error{ReasonSegment}
+	if f.has&hasSeg == 0 || f.seg != segmentID {
+		return claimFields{}, "", slot, &Error{ReasonSegment}
 	}
-	sd, _ := raw["sd"].(string)
-	aud, _ := raw["aud"].(string)
-	return &Claims{Seg: seg, SD: sd, Aud: aud, Exp: exp, Raw: raw}, slot, nil
+	return f, text, slot, nil
+}
+
+// authenticate decodes both parts of a token, checks the MAC and returns
+// the payload as text (UTF-8 decoded without BOM), or a rejection. The
+// text is a fresh string: nothing of the scratch buffers leaks into it.
+func (v *Verifier) authenticate(payloadPart, macPart string) (string, int, *Error) {
+	s := v.scratch.Get().(*verifyScratch)
+	defer v.scratch.Put(s)
+	if need := len(payloadPart) + len(macPart); cap(s.buf) < need {
+		s.buf = make([]byte, 0, need)
+	}
+	// The reference lets atob's DOMException escape for undecodable
+	// parts; any such exception is a malformed token here.
+	buf, ok := appendBase64Loose(s.buf[:0], payloadPart)
+	n := len(buf)
+	if ok {
+		buf, ok = appendBase64Loose(buf, macPart)
+	}
+	if cap(buf) <= maxScratchBuf {
+		s.buf = buf[:0]
+	} else {
+		s.buf = nil
+	}
+	if !ok {
+		return "", -1, &Error{ReasonMalformed}
+	}
+	payload, mac := buf[:n], buf[n:]
+	slot := v.matchKey(s, payload, mac)
+	if slot < 0 {
+		return "", -1, &Error{ReasonBadMAC}
+	}
+	return strings.TrimPrefix(decodeUTF8Lossy(payload), "\uFEFF"), slot, nil
 }
 
 // matchKey returns the slot of the first key whose HMAC of payload equals
 // mac, or -1. Every key is tried and the comparison and slot selection are
 // constant time, so the timing does not reveal which slot matched.
-func (v *Verifier) matchKey(payload, mac []byte) int {
+func (v *Verifier) matchKey(s *verifyScratch, payload, mac []byte) int {
 	slot := -1
-	var sum [sha256.Size]byte
-	for i, key := range v.keys {
-		h := v.mac(i, key)
+	for i, h := range s.macs {
+		h.Reset()
 		h.Write(payload)
-		eq := subtle.ConstantTimeCompare(h.Sum(sum[:0]), mac)
+		eq := subtle.ConstantTimeCompare(h.Sum(s.sum[:0]), mac)
 		first := subtle.ConstantTimeEq(int32(slot), -1)
 		slot = subtle.ConstantTimeSelect(eq&first, i, slot)
 	}
 	return slot
 }
 
-// mac returns a fresh HMAC-SHA256 of key (slot i).
-func (v *Verifier) mac(i int, key []byte) hash.Hash {
-	if p := v.macs[i]; p != nil {
-		if h, err := p.(hash.Cloner).Clone(); err == nil {
-			return h
-		}
-	}
-	return hmac.New(sha256.New, key)
-}
-
 // decodeBase64Loose decodes s the way the reference does:
-// atob(s.replaceAll('-', '+').replaceAll('_', '/')). That is the WHATWG
-// forgiving-base64 decode: ASCII whitespace (TAB, LF, FF, CR, SPACE) is
-// removed anywhere; when the length is then a multiple of 4, one or two
-// trailing '=' are dropped; a length of 1 mod 4, or any character outside
-// the standard alphabet (including a remaining '='), is an error; non-zero
-// trailing bits in the last character are ignored.
+// atob(s.replaceAll('-', '+').replaceAll('_', '/')). See appendBase64Loose.
 func decodeBase64Loose(s string) ([]byte, error) {
-	if base64URLOnly(s) {
-		// Only base64url characters (the form every signer emits): the
-		// translation is the identity on the URL alphabet, nothing to
-		// strip, so the unpadded URL decoder gives the same answer.
-		out := make([]byte, base64.RawURLEncoding.DecodedLen(len(s)))
-		n, err := base64.RawURLEncoding.Decode(out, []byte(s))
-		return out[:n], err
+	b, ok := appendBase64Loose(make([]byte, 0, len(s)*3/4+2), s)
+	if !ok {
+		return nil, errBase64
 	}
-	return decodeBase64Forgiving(s)
+	return b, nil
 }
 
-// decodeBase64Forgiving is decodeBase64Loose without the fast path.
-func decodeBase64Forgiving(s string) ([]byte, error) {
-	buf := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\t', '\n', '\f', '\r', ' ':
-		case '-':
-			buf = append(buf, '+')
-		case '_':
-			buf = append(buf, '/')
-		default:
-			buf = append(buf, c)
-		}
-	}
-	if len(buf)%4 == 0 {
-		for range 2 {
-			if n := len(buf); n > 0 && buf[n-1] == '=' {
-				buf = buf[:n-1]
-			}
-		}
-	}
-	// The unpadded decoder rejects '=', other non-alphabet bytes and a
-	// length of 1 mod 4, and (not being Strict) ignores trailing bits.
-	out := make([]byte, base64.RawStdEncoding.DecodedLen(len(buf)))
-	n, err := base64.RawStdEncoding.Decode(out, buf)
-	return out[:n], err
-}
-
-// base64URLOnly reports whether s holds only A–Z, a–z, 0–9, '-' and '_'.
-func base64URLOnly(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
-}
+var errBase64 = errors.New("token: invalid base64")
 
 // Sign returns the token the reference signSegmentToken produces for the
 // claims {v:1, seg, sd, aud, exp}: base64url (unpadded) of the
@@ -379,7 +361,7 @@ func ParseKey(s string) ([]byte, error) {
 	case strings.HasPrefix(s, "hex:"):
 		k, err := hex.DecodeString(s[len("hex:"):])
 		if err != nil {
-			return nil, errors.New(`presign: key with "hex:" prefix is not valid hex`)
+			return nil, errors.New(`token: key with "hex:" prefix is not valid hex`)
 		}
 		key = k
 	case strings.HasPrefix(s, "base64:"):
@@ -390,14 +372,14 @@ func ParseKey(s string) ([]byte, error) {
 		}
 		k, err := enc.Strict().DecodeString(b64)
 		if err != nil {
-			return nil, errors.New(`presign: key with "base64:" prefix is not valid base64`)
+			return nil, errors.New(`token: key with "base64:" prefix is not valid base64`)
 		}
 		key = k
 	default:
 		key = []byte(s)
 	}
 	if len(key) == 0 {
-		return nil, errors.New("presign: key is empty")
+		return nil, errors.New("token: key is empty")
 	}
 	return key, nil
 }

@@ -1,4 +1,4 @@
-package presign
+package token
 
 import (
 	"encoding/base64"
@@ -12,23 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncular/caddy-syncular/internal/testkit"
 )
 
-// The cross-implementation vectors live outside this module, in
-// shared/vectors next to the repository; SYNCULAR_VECTORS overrides the
-// location. A missing directory fails the tests: silently skipping them
-// would let the package drift from the reference.
-func vectorsDir(tb testing.TB) string {
-	tb.Helper()
-	dir := os.Getenv("SYNCULAR_VECTORS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "vectors")
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		tb.Fatalf("vectors directory %q not found (set SYNCULAR_VECTORS): %v", dir, err)
-	}
-	return dir
-}
+// vectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
+func vectorsDir(t testing.TB) string { return testkit.VectorsDir(t) }
 
 func loadVectors(tb testing.TB, name string, v any) {
 	tb.Helper()
@@ -226,7 +215,7 @@ func reasonOf(tb testing.TB, err error) string {
 	}
 	var e *Error
 	if !errors.As(err, &e) {
-		tb.Fatalf("error %v (%T) is not a *presign.Error", err, err)
+		tb.Fatalf("error %v (%T) is not a *token.Error", err, err)
 	}
 	if err.Error() != "segment token rejected: "+e.Reason {
 		tb.Fatalf("message %q does not carry reason %q", err.Error(), e.Reason)
@@ -242,8 +231,8 @@ func checkClaims(tb testing.TB, c *Claims, wantJSON json.RawMessage) {
 	if err := json.Unmarshal(wantJSON, &want); err != nil {
 		tb.Fatalf("result.claims: %v", err)
 	}
-	if !reflect.DeepEqual(c.Raw, want) {
-		tb.Errorf("Raw = %#v\nwant  %#v", c.Raw, want)
+	if !reflect.DeepEqual(c.Raw(), want) {
+		tb.Errorf("Raw() = %#v\nwant  %#v", c.Raw(), want)
 	}
 	if c.Seg != want["seg"] || c.SD != want["sd"] || c.Aud != want["aud"] || c.Exp != want["exp"] {
 		tb.Errorf("claims = {Seg:%q SD:%q Aud:%q Exp:%v}, want %v", c.Seg, c.SD, c.Aud, c.Exp, want)

@@ -1,0 +1,157 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// sqliteHandle is one pool opened on one file (inode).
+type sqliteHandle struct {
+	db   *sql.DB
+	fi   os.FileInfo // the file as it was stat'ed before the pool opened it
+	use  sync.RWMutex
+	gone bool // set under use.Lock when retired; then db is closed
+
+	detectStmt *sql.Stmt
+	openStmt   *sql.Stmt
+	shape      atomic.Pointer[sqliteShape]
+
+	stmtMu sync.Mutex
+	stmts  map[shapeFlags]*sql.Stmt // lookup statements per schema shape
+}
+
+func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return nil, fmt.Errorf("store: sqlite: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("store: sqlite: %s is not a regular file", s.path)
+	}
+	db, err := sql.Open("sqlite", s.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("store: sqlite: open %s: %w", s.path, err)
+	}
+	db.SetMaxOpenConns(s.maxConns)
+	db.SetMaxIdleConns(s.maxConns)
+	h := &sqliteHandle{db: db, fi: fi, stmts: make(map[shapeFlags]*sql.Stmt)}
+	fail := func(err error) (*sqliteHandle, error) {
+		h.close()
+		return nil, fmt.Errorf("store: sqlite: open %s: %w", s.path, err)
+	}
+	if h.detectStmt, err = db.PrepareContext(ctx, detectSQL); err != nil {
+		return fail(err)
+	}
+	if _, err := h.detect(ctx); err != nil {
+		return fail(err)
+	}
+	if h.openStmt, err = db.PrepareContext(ctx, openSQL); err != nil {
+		return fail(err)
+	}
+	return h, nil
+}
+
+func (h *sqliteHandle) close() error {
+	h.stmtMu.Lock()
+	for _, st := range h.stmts {
+		st.Close()
+	}
+	h.stmts = nil
+	h.stmtMu.Unlock()
+	if h.detectStmt != nil {
+		h.detectStmt.Close()
+	}
+	if h.openStmt != nil {
+		h.openStmt.Close()
+	}
+	return h.db.Close()
+}
+
+// retire waits for the operations using h, then closes it.
+func (h *sqliteHandle) retire() error {
+	h.use.Lock()
+	defer h.use.Unlock()
+	if h.gone {
+		return nil
+	}
+	h.gone = true
+	return h.close()
+}
+
+// acquire returns the handle for the file now at the path, read-locked:
+// the caller releases it with use.RUnlock. A removed file is a fault; a
+// replaced one is reopened.
+func (s *SQLite) acquire(ctx context.Context) (*sqliteHandle, error) {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		if s.cur.Load() == nil {
+			return nil, errSQLiteClosed
+		}
+		return nil, fmt.Errorf("store: sqlite: database file unavailable: %w", err)
+	}
+	for range 3 {
+		h := s.cur.Load()
+		if h == nil {
+			return nil, errSQLiteClosed
+		}
+		if !os.SameFile(fi, h.fi) {
+			if err := s.reopen(ctx, fi); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		h.use.RLock()
+		if h.gone {
+			h.use.RUnlock()
+			continue
+		}
+		return h, nil
+	}
+	return nil, errors.New("store: sqlite: database file keeps being replaced")
+}
+
+// reopen swaps in a pool on the file now at the path (fi) and retires the
+// old one once its in-flight operations are done.
+func (s *SQLite) reopen(ctx context.Context, fi os.FileInfo) error {
+	s.reopenMu.Lock()
+	defer s.reopenMu.Unlock()
+	old := s.cur.Load()
+	if old == nil {
+		return errSQLiteClosed
+	}
+	if os.SameFile(fi, old.fi) {
+		return nil // another caller got here first
+	}
+	h, err := s.openHandle(ctx)
+	if err != nil {
+		return err
+	}
+	if !s.cur.CompareAndSwap(old, h) { // closed meanwhile
+		h.close()
+		return errSQLiteClosed
+	}
+	old.retire()
+	return nil
+}
+
+func (h *sqliteHandle) lookupStmt(ctx context.Context, f shapeFlags) (*sql.Stmt, error) {
+	h.stmtMu.Lock()
+	defer h.stmtMu.Unlock()
+	if h.stmts == nil {
+		return nil, errSQLiteClosed
+	}
+	if st := h.stmts[f]; st != nil {
+		return st, nil
+	}
+	st, err := h.db.PrepareContext(ctx, lookupSQL(f))
+	if err != nil {
+		return nil, err
+	}
+	h.stmts[f] = st
+	return st, nil
+}
