@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
@@ -221,29 +219,16 @@ func runInspect(cmd *cobra.Command, args []string) error {
 // are expanded from the environment as at provision; errors never show
 // them.
 func optionsFromConfig(opts *token.InspectOptions, path, adapterName, partition string, skewSet, maxSet bool) error {
-	body, err := os.ReadFile(path)
+	cfg, err := loadConfig(path, adapterName)
 	if err != nil {
-		return fmt.Errorf("--config: %v", err)
+		return err
 	}
-	if adapterName != "json" {
-		a := caddyconfig.GetAdapter(adapterName)
-		if a == nil {
-			return fmt.Errorf("--adapter: unknown config adapter %q", adapterName)
-		}
-		if body, _, err = a.Adapt(body, map[string]any{"filename": path}); err != nil {
-			return fmt.Errorf("--config: adapting: %v", err)
-		}
-	}
-	var cfg any
-	if err := json.Unmarshal(body, &cfg); err != nil {
-		return fmt.Errorf("--config: %v", err)
-	}
-	found := findHandlers(cfg, nil)
+	found := findHandlers(cfg)
 	if len(found) == 0 {
 		return fmt.Errorf("--config: %s has no syncular_segments handler", path)
 	}
 	var h Handler
-	if err := json.Unmarshal(found[0], &h); err != nil {
+	if err := json.Unmarshal(found[0].raw, &h); err != nil {
 		return fmt.Errorf("--config: syncular_segments: %v", err)
 	}
 	if err := h.setDefaults(); err != nil {
@@ -284,32 +269,6 @@ func optionsFromConfig(opts *token.InspectOptions, path, adapterName, partition 
 		fmt.Fprintf(os.Stderr, "note: %s has %d syncular_segments handlers; using the first\n", path, len(found))
 	}
 	return nil
-}
-
-// findHandlers returns the JSON of every syncular_segments handler in an
-// adapted config, in document order.
-func findHandlers(v any, out []json.RawMessage) []json.RawMessage {
-	switch x := v.(type) {
-	case map[string]any:
-		if x["handler"] == "syncular_segments" {
-			if b, err := json.Marshal(x); err == nil {
-				return append(out, b)
-			}
-		}
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			out = findHandlers(x[k], out)
-		}
-	case []any:
-		for _, e := range x {
-			out = findHandlers(e, out)
-		}
-	}
-	return out
 }
 
 // flagSecret resolves env:NAME / {env.NAME} and decodes the key like the

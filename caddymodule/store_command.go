@@ -1,0 +1,537 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "syncular-store",
+		Usage: "inspect --config <file> [flags] [<segment id> [--token ST | --url SIGNED_URL]]",
+		Short: "Shows what a syncular_segments edge sees in its segment store",
+		Long: `Reads the segment store of a config's syncular_segments handler, read-only,
+and prints what the edge sees: the backend, the layout it detects (SQLite:
+schema generation, partition registry, backfill checkpoints, row counts;
+S3: bucket and prefix), and for a segment id its publications with their
+state (live, expired, fenced by the partition registry, overtaken by a
+backfill checkpoint). With --token or --url it also prints the decision the
+handler takes for that signed request, and why: the handler is provisioned
+from the config and answers a HEAD request, so the answer comes from its
+own code.
+
+This is an operator's tool reading the operator's own store: it prints
+partition ids and scope digests. It never prints a key, a token, an
+audience or S3 credentials (a redirect's presigned URL is shown without
+its query). Secrets come from the environment as caddy run reads them.`,
+		CobraFunc: func(cmd *cobra.Command) {
+			cmd.AddCommand(storeInspectCommand())
+		},
+	})
+}
+
+func storeInspectCommand() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "inspect --config <Caddyfile|json> [--adapter caddyfile] [--site <host or index>] [<segment id> [--token ST | --url SIGNED_URL]] [--timeout 10s] [--now T]",
+		Short: "Prints the store's layout, a segment's publications, and the handler's decision for a token",
+		Long: `Prints the store's layout and counts. With a segment id, its objects (S3)
+and its publications with their state at --now; partition ids are printed
+(this reads your own store). With --token (or --url, a whole signed URL,
+whose segment id is then the default) the decision the provisioned handler
+takes for a HEAD of that URL: status, error code and reason, or the
+delivery. Exits 1 when that decision is a refusal. The whole run is
+bounded by --timeout.
+
+--site picks the handler when the config has several: a host of its site
+block, or its index as listed (0 first). Without it the first is used.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: runStoreInspect,
+	}
+	f := c.Flags()
+	f.String("config", "", "config file (Caddyfile or JSON); secrets from the environment as caddy run reads them")
+	f.String("adapter", "caddyfile", "adapter of --config (\"json\" for JSON)")
+	f.String("site", "", "which syncular_segments handler: a host of its site, or its index (0 first)")
+	f.String("token", "", "a segment token (st) to decide for the segment id, or env:NAME to read it from a variable")
+	f.String("url", "", "a signed segment URL to decide for (its segment id is the default)")
+	f.Duration("timeout", 10*time.Second, "bound on the whole inspection")
+	f.String("now", "", "time of the check, RFC 3339 or unix ms (default: now)")
+	c.SilenceUsage = true
+	return c
+}
+
+// storeInspection is one run of `syncular-store inspect`.
+type storeInspection struct {
+	where  configHandler
+	index  int
+	count  int
+	segID  string
+	token  string // the st, never printed
+	target string // request target of the HEAD, with the st
+	now    time.Time
+
+	// The publications the token's scope digest and audience match, as
+	// "[i] state", from describeSegment; nil when not decoded.
+	matched []string
+}
+
+func runStoreInspect(cmd *cobra.Command, args []string) error {
+	f := cmd.Flags()
+	get := func(name string) string { v, _ := f.GetString(name); return v }
+	path := get("config")
+	if path == "" {
+		return errors.New("--config is required (the config whose syncular_segments handler to inspect)")
+	}
+	in := storeInspection{now: time.Now()}
+	if s := get("now"); s != "" {
+		t, err := token.ParseTime(s)
+		if err != nil {
+			return fmt.Errorf("--now: %v", err)
+		}
+		in.now = t
+	}
+	if len(args) == 1 {
+		in.segID = args[0]
+	}
+	if err := in.request(get("token"), get("url")); err != nil {
+		return err
+	}
+	cfg, err := loadConfig(path, get("adapter"))
+	if err != nil {
+		return err
+	}
+	found := findHandlers(cfg)
+	if len(found) == 0 {
+		return fmt.Errorf("--config: %s has no syncular_segments handler", path)
+	}
+	if in.index, err = pickHandler(found, get("site")); err != nil {
+		return err
+	}
+	in.where, in.count = found[in.index], len(found)
+
+	timeout, _ := f.GetDuration("timeout")
+	if timeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	parent := cmd.Context()
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	out := &lockedWriter{w: cmd.OutOrStdout()}
+	done := make(chan error, 1)
+	go func() { done <- in.run(ctx, out) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		out.close()
+		return fmt.Errorf("inspection did not finish within --timeout %v", timeout)
+	}
+}
+
+// request sets the segment id and the HEAD's target from --token or
+// --url.
+func (in *storeInspection) request(tok, rawURL string) error {
+	switch {
+	case tok != "" && rawURL != "":
+		return errors.New("give --token or --url, not both")
+	case rawURL != "":
+		u, err := url.Parse(rawURL)
+		if err != nil {
+			return errors.New("--url: not a URL")
+		}
+		t, urlSeg, err := token.TokenFromURL(rawURL)
+		if err != nil {
+			return fmt.Errorf("--url: %v", err)
+		}
+		if in.segID == "" {
+			in.segID = urlSeg
+		} else if in.segID != urlSeg {
+			return errors.New("the segment id given is not the one in --url")
+		}
+		// The target as sent: the raw text after scheme and host, so a
+		// '#' the edge refuses is still there.
+		in.token, in.target = t, rawURL
+		if u.Scheme != "" || u.Host != "" {
+			in.target = strings.TrimPrefix(rawURL, u.Scheme+"://"+u.Host)
+		}
+		if !strings.HasPrefix(in.target, "/") {
+			return errors.New("--url: want a signed URL (https://host/…/segments/<id>?st=…) or its path")
+		}
+	case tok != "":
+		// env:NAME keeps the token out of shell history and ps (a
+		// token is base64url: it never holds a colon).
+		if name, ok := strings.CutPrefix(tok, "env:"); ok {
+			v, set := os.LookupEnv(name)
+			if !set || v == "" {
+				return fmt.Errorf("--token: environment variable %s is unset or empty", name)
+			}
+			tok = v
+		}
+		if in.segID == "" {
+			return errors.New("--token needs the segment id it is for")
+		}
+		in.token = tok
+		in.target = "/segments/" + url.PathEscape(in.segID) + "?st=" + url.QueryEscape(tok)
+	}
+	if in.segID != "" && !store.ValidSegmentID(in.segID) {
+		return errors.New("the segment id must be sha256: followed by 64 lowercase hex digits")
+	}
+	return nil
+}
+
+// pickHandler is the index of the handler --site names (a host of its
+// site, or an index), or 0.
+func pickHandler(found []configHandler, site string) (int, error) {
+	if site == "" {
+		return 0, nil
+	}
+	if i, err := strconv.Atoi(site); err == nil {
+		if i < 0 || i >= len(found) {
+			return 0, fmt.Errorf("--site %d: the config has %d syncular_segments handler(s)%s", i, len(found), listHandlers(found))
+		}
+		return i, nil
+	}
+	for i, h := range found {
+		for _, host := range h.hosts {
+			if strings.EqualFold(host, site) {
+				return i, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("--site %s: no syncular_segments handler in a site of that host%s", site, listHandlers(found))
+}
+
+func listHandlers(found []configHandler) string {
+	var b strings.Builder
+	b.WriteString(":")
+	for i, h := range found {
+		fmt.Fprintf(&b, "\n  %d: %s", i, h.site())
+	}
+	return b.String()
+}
+
+// run provisions the handler and prints the inspection.
+func (in *storeInspection) run(ctx context.Context, w io.Writer) error {
+	h := new(Handler)
+	if err := json.Unmarshal(in.where.raw, h); err != nil {
+		return fmt.Errorf("syncular_segments: %v", err)
+	}
+	// Nothing registered globally, and the clock of --now.
+	h.DisableMetrics = true
+	now := in.now
+	h.now = func() time.Time { return now }
+
+	fmt.Fprintf(w, "handler     #%d of %d: %s\n", in.index, in.count, in.where.site())
+	if in.count > 1 {
+		fmt.Fprintf(w, "            (--site <host or index> picks another)\n")
+	}
+	cctx, ccancel := caddy.NewContext(caddy.Context{Context: ctx})
+	defer ccancel()
+	err := h.Provision(cctx)
+	if err == nil {
+		err = h.Validate()
+	}
+	defer h.Cleanup()
+	if err != nil {
+		fmt.Fprintf(w, "provision   failed: the edge would refuse this config\n")
+		return err
+	}
+	// The request path's warnings (a store fault) are in the output.
+	h.logger = zap.NewNop()
+	fmt.Fprintf(w, "delivery    %s (untokened requests: %s)\n", h.Delivery, h.Untokened)
+	fmt.Fprintf(w, "tokens      %d key(s), audience %s, skew %v\n", len(h.Keys), h.Audience.Kind, h.skew)
+
+	inner := h.store
+	if c, ok := inner.(*store.Cached); ok {
+		inner = c.Inner()
+	}
+	switch st := inner.(type) {
+	case *store.SQLite:
+		describeSQLite(ctx, w, st)
+	case *store.S3:
+		describeS3(ctx, w, st, in.segID)
+	default:
+		fmt.Fprintf(w, "backend     %T\n", inner)
+	}
+	if in.segID == "" {
+		return nil
+	}
+	in.describeSegment(ctx, w, h, inner)
+	if in.target == "" {
+		return nil
+	}
+	return in.decide(ctx, w, h)
+}
+
+func describeSQLite(ctx context.Context, w io.Writer, st *store.SQLite) {
+	d, err := st.Describe(ctx)
+	if err != nil {
+		fmt.Fprintf(w, "backend     sqlite\nlayout      unreadable: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "backend     sqlite %s (journal mode %s, schema_version %d)\n", d.Path, d.JournalMode, d.SchemaVersion)
+	var gen string
+	switch d.Generation {
+	case 1:
+		gen = "1 (sync_segments without log_epoch)"
+	case 2:
+		gen = "2 (sync_segments with log_epoch)"
+	default:
+		gen = "3 (sync_segment_publications"
+		if !d.PublicationsTable || !d.ScopesTable {
+			gen = "3, partial (" + map[bool]string{true: "sync_segment_publications only", false: "sync_segment_scopes only"}[d.PublicationsTable]
+		} else {
+			gen += " and sync_segment_scopes"
+		}
+		gen += ")"
+	}
+	fmt.Fprintf(w, "layout      schema generation %s\n", gen)
+	if d.Registry {
+		fmt.Fprintf(w, "            partition registry present: epoch fencing on (%d partitions)\n", d.RegistryPartitions)
+	} else {
+		fmt.Fprintf(w, "            partition registry absent: no epoch fencing\n")
+	}
+	if d.Checkpoints {
+		fmt.Fprintf(w, "            backfill checkpoints table present (%d rows)\n", d.CheckpointRows)
+	} else {
+		fmt.Fprintf(w, "            backfill checkpoints table absent: nothing is overtaken\n")
+	}
+	fmt.Fprintf(w, "counts      %d segments", d.Segments)
+	if d.Publications >= 0 {
+		fmt.Fprintf(w, ", %d publication rows", d.Publications)
+	}
+	fmt.Fprintln(w)
+}
+
+func describeS3(ctx context.Context, w io.Writer, st *store.S3, segID string) {
+	d, err := st.Describe(ctx, segID)
+	fmt.Fprintf(w, "backend     s3 bucket %q prefix %q\n", st.Bucket(), st.Prefix())
+	if err != nil {
+		fmt.Fprintf(w, "objects     unreadable: %v\n", err)
+		return
+	}
+	if segID == "" {
+		fmt.Fprintf(w, "layout      per segment: give a segment id (a bucket is not listed)\n")
+		return
+	}
+	bytesObj := "absent"
+	if d.BytesObject {
+		bytesObj = fmt.Sprintf("present, %d bytes", d.BytesLength)
+		if d.LegacyHeader {
+			bytesObj += ", carries x-amz-meta-syncular-record"
+		} else {
+			bytesObj += ", no x-amz-meta-syncular-record header"
+		}
+	}
+	recObj := "absent"
+	if d.RecordObject {
+		recObj = fmt.Sprintf("present, %d bytes", d.RecordLength)
+	}
+	fmt.Fprintf(w, "objects     %s: %s\n", d.ObjectKey, bytesObj)
+	fmt.Fprintf(w, "            %s: %s\n", d.RecordKey, recObj)
+	fmt.Fprintf(w, "layout      %s\n", d.Layout())
+}
+
+// describeSegment prints the segment's record and the state of each
+// publication, read from the store itself (not the handler's cache).
+func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *Handler, st store.Store) {
+	fmt.Fprintf(w, "\nsegment     %s\n", in.segID)
+	lctx, cancel := h.storeContext(ctx)
+	rec, err := st.Lookup(lctx, in.segID)
+	cancel()
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		fmt.Fprintf(w, "record      none: the edge answers sync.not_found\n")
+		return
+	case err != nil:
+		fmt.Fprintf(w, "record      unreadable (the edge answers 503/504): %v\n", err)
+		return
+	}
+	nowMs := in.now.UnixMilli()
+	fmt.Fprintf(w, "record      %d bytes, %s, %d publication(s) at %s\n", rec.ByteLength, rec.MediaType, len(rec.Publications), in.now.UTC().Format(time.RFC3339))
+	var claims *token.Report
+	if in.token != "" {
+		claims = token.Inspect(in.token, token.InspectOptions{SegmentID: in.segID, Now: in.now, Skew: h.skew, MaxLen: h.MaxTokenLength})
+		if claims.Decoded {
+			in.matched = []string{}
+		}
+	}
+	for i, p := range store.PublicationStates(rec, nowMs) {
+		fmt.Fprintf(w, "  [%d] %-9s partition %s, epoch %q", i, p.State, p.Partition, p.LogEpoch)
+		switch {
+		case rec.Fenced && !p.Registered:
+			fmt.Fprintf(w, " (partition not in the registry)")
+		case rec.Fenced && p.CurrentEpoch != p.LogEpoch:
+			fmt.Fprintf(w, " (registry: %q)", p.CurrentEpoch)
+		}
+		fmt.Fprintf(w, ", table %s v%d", p.Table, p.SchemaVersion)
+		if p.HasCheckpoint {
+			fmt.Fprintf(w, " (checkpoint v%d)", p.Checkpoint)
+		}
+		fmt.Fprintf(w, "\n      scope digest %s\n", p.ScopeDigest)
+		fmt.Fprintf(w, "      created %s, expires %s\n", when(p.CreatedAtMs, nowMs), when(p.ExpiresAtMs, nowMs))
+		if claims != nil && claims.Decoded {
+			sd, aud := claims.SD == p.ScopeDigest, claims.Aud == h.audience.Derive(p.Partition)
+			fmt.Fprintf(w, "      token: scope digest %s, audience %s\n", matchWord(sd), matchWord(aud))
+			if sd && aud {
+				in.matched = append(in.matched, fmt.Sprintf("[%d] %s", i, p.State))
+			}
+		}
+	}
+}
+
+func matchWord(ok bool) string {
+	if ok {
+		return "matches"
+	}
+	return "differs"
+}
+
+// when is an epoch-ms time in RFC 3339 and relative to nowMs.
+func when(ms, nowMs int64) string {
+	t := time.UnixMilli(ms).UTC().Format(time.RFC3339)
+	d := time.Duration(ms-nowMs) * time.Millisecond
+	switch {
+	case d == 0:
+		return t + " (now)"
+	case d > 0:
+		return t + " (in " + roundRel(d).String() + ")"
+	default:
+		return t + " (" + roundRel(-d).String() + " ago)"
+	}
+}
+
+func roundRel(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// decide has the provisioned handler answer a HEAD of the signed URL and
+// prints its answer. The outcome and reason are the handler's own
+// ({http.syncular.outcome}, {http.syncular.reason} and the JSON error
+// body); nothing here re-decides. A refusal is returned as an error.
+func (in *storeInspection) decide(ctx context.Context, w io.Writer, h *Handler) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, "http://edge.invalid"+in.target, nil)
+	if err != nil {
+		return errors.New("the signed URL cannot be requested")
+	}
+	req.RequestURI = in.target
+	repl := caddyhttp.NewTestReplacer(req)
+	rr := httptest.NewRecorder()
+	nextCalled := false
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error {
+		nextCalled = true
+		return nil
+	})
+	if err := h.ServeHTTP(rr, req, next); err != nil {
+		return fmt.Errorf("handler error: %v", err)
+	}
+	res := rr.Result()
+	outcome, reason := replString(repl, "http.syncular.outcome"), replString(repl, "http.syncular.reason")
+	fmt.Fprintf(w, "\ndecision    HEAD %s (the handler's own answer at %s)\n", redactTarget(in.target), in.now.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "  status    %d %s\n", res.StatusCode, http.StatusText(res.StatusCode))
+	fmt.Fprintf(w, "  outcome   %s\n", outcome)
+	if slot := replString(repl, "http.syncular.key_slot"); slot != "" {
+		fmt.Fprintf(w, "  key slot  %s\n", slot)
+	}
+	if nextCalled {
+		fmt.Fprintf(w, "  handed to the next handler (no st parameter)\n")
+		return nil
+	}
+	if outcome != outcomeGranted && outcome != outcomeNotModified {
+		var body struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(rr.Body.Bytes(), &body)
+		fmt.Fprintf(w, "  error     %s: %s\n", body.Code, body.Message)
+		switch {
+		case in.matched == nil:
+		case len(in.matched) == 0:
+			fmt.Fprintf(w, "  matches   no publication has both the token's scope digest and audience\n")
+		default:
+			fmt.Fprintf(w, "  matches   %s (publications with the token's scope digest and audience)\n", strings.Join(in.matched, ", "))
+		}
+		if reason == "" {
+			reason = body.Message
+		}
+		return fmt.Errorf("the edge would refuse this request: %s (%s)", body.Code, reason)
+	}
+	delivery := replString(repl, "http.syncular.delivery")
+	fmt.Fprintf(w, "  delivery  %s\n", delivery)
+	if loc := res.Header.Get("Location"); loc != "" {
+		fmt.Fprintf(w, "  location  %s (presigned; query not shown)\n", withoutQuery(loc))
+	}
+	if l := res.Header.Get("Content-Length"); l != "" {
+		fmt.Fprintf(w, "  length    %s bytes\n", l)
+	}
+	if cc := res.Header.Get("Cache-Control"); cc != "" {
+		fmt.Fprintf(w, "  cache     %s\n", cc)
+	}
+	return nil
+}
+
+// redactTarget is the request target with its query (the token) and
+// fragment replaced by an ellipsis.
+func redactTarget(target string) string {
+	if i := strings.IndexAny(target, "?#"); i >= 0 {
+		return target[:i] + target[i:i+1] + "…"
+	}
+	return target
+}
+
+func withoutQuery(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparseable)"
+	}
+	p.RawQuery, p.Fragment, p.User = "", "", nil
+	return p.String()
+}
+
+// lockedWriter lets the inspection write from its goroutine while the
+// command may stop waiting (timeout): after close, writes are dropped.
+type lockedWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return len(p), nil
+	}
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+}
