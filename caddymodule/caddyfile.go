@@ -193,6 +193,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
+		case "compress":
+			if err := parseCompress(h, d); err != nil {
+				return err
+			}
 		case "cache":
 			if err := h.unmarshalCache(d); err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -147,7 +148,14 @@ func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant, d *de
 	// Tenant data behind a short-lived grant: only the client's own
 	// cache may keep it, and never past the grant.
 	hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(g.maxAge(), 10))
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, etag) {
+	streams := h.Delivery != DeliveryRedirect || h.streamsLegacy(g.rec)
+	if streams && h.notModified(r, g.segID) {
+		h.setNotModifiedHeaders(hdr, r, g.segID)
+		setPlaceholder(r, "outcome", outcomeNotModied)
+		w.WriteHeader(http.StatusNotModified)
+		return nil
+	}
+	if inm := r.Header.Get("If-None-Match"); !streams && inm != "" && etagMatches(inm, etag) {
 		setPlaceholder(r, "outcome", outcomeNotModied)
 		w.WriteHeader(http.StatusNotModified)
 		return nil
@@ -190,6 +198,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		status = http.StatusPartialContent
 		hdr.Set("Content-Range", br.contentRange(size))
 	}
+	v := h.chooseVariant(r, g.segID, r.Header.Get("Range") == "")
+	defer v.close()
+	if v.body != nil {
+		return h.serveVariant(w, r, g, d, v)
+	}
+	h.setVariantHeaders(hdr, g.segID, v)
 	setPlaceholder(r, "outcome", outcomeGranted)
 	if r.Method == http.MethodHead {
 		hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
@@ -220,10 +234,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		return nil
 	}
 	defer body.Close()
+	h.buildAfterRead(g.segID, v)
 	hdr.Set("Content-Length", strconv.FormatInt(br.n, 10))
 	w.WriteHeader(status)
 	n, err := copyBody(w, body, br.n)
 	h.metrics.via(d.legacy).bytes(n)
+	h.metrics.codedBytes(compress.Identity, n)
 	if err != nil {
 		// Headers are gone: the client sees a short body and retries.
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -112,6 +113,13 @@ type Handler struct {
 	// coalescing (see CacheConfig for every default). Default: on.
 	Cache *CacheConfig `json:"cache,omitempty"`
 
+	// Content codings for serve and proxy answers, in preference order:
+	// a request gets the first one its Accept-Encoding accepts, once the
+	// segment's variant has been built in memory (README "Compression").
+	// "zstd" and "gzip"; ["off"] turns compression off. Default (absent
+	// or empty): ["zstd", "gzip"].
+	Compress []string `json:"compress,omitempty"`
+
 	skew      time.Duration // Skew resolved (default applied)
 	verifier  *presign.Verifier
 	presigner *presign.S3Presigner
@@ -127,6 +135,9 @@ type Handler struct {
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
+
+	codings  []compress.Coding  // Compress resolved; empty: off
+	variants store.VariantStore // the store's variants; nil: none
 
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
@@ -196,6 +207,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionCache(); err != nil {
+		return err
+	}
+	if err := h.provisionCompress(); err != nil {
 		return err
 	}
 	return h.provisionMetrics(ctx)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -142,7 +143,10 @@ func (c *Cached) Variant(segmentID string, coding compress.Coding) (io.ReadClose
 	default:
 		return nil, 0, VariantUnavailable // every build slot busy: a later request retries
 	}
-	started := c.vt.builds.start(key, c.opts.Timeout, func(ctx context.Context) (struct{}, error) {
+	// A build is CPU-bound: allow it the shared-call timeout plus a second
+	// per MiB (a ~35 MB/s encoder on a loaded core needs well under that).
+	timeout := c.opts.Timeout + time.Duration(len(identity)>>20)*time.Second
+	started := c.vt.builds.start(key, timeout, func(ctx context.Context) (struct{}, error) {
 		defer func() { <-c.vt.slots }()
 		return struct{}{}, c.buildVariant(ctx, key, segmentID, coding, identity)
 	})
