@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/internal/segdata"
 	"github.com/syncular/caddy-syncular/presign"
@@ -358,4 +359,60 @@ func TestCompressedDelivery(t *testing.T) {
 			t.Errorf("variants rejected = %v, want 0", v)
 		}
 	})
+}
+
+// TestCompressedProxy: proxy delivery from a real S3 server compresses
+// what the bytes cache holds (one object GET, however many codings), and
+// streams a segment larger than max_entry as identity.
+func TestCompressedProxy(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.CreateBucket(t, "segs")
+	small := segdata.RowsSegment(1500)
+	large := segdata.RowsSegment(20000) // about 10 MB: over the default 8 MiB max_entry
+	smallID, largeID := s3Segment(t, srv, small), s3Segment(t, srv, large)
+	key := randomKey(t)
+	c := startCaddy(t, strings.Replace(abuseSite, "ENDPOINT", srv.Endpoint, 1),
+		"SEG_KEY="+key, "S3_KEY="+srv.AccessKey, "S3_SECRET="+srv.SecretKey)
+	get := func(u string, hdr map[string]string) response {
+		t.Helper()
+		r, err := rawGet("GET", u, hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status != 200 && r.Status != 206 {
+			t.Fatalf("status %d: %s", r.Status, r.Body)
+		}
+		return r
+	}
+
+	u := signURL(c.Base, key, smallID, 15*time.Minute)
+	for _, coding := range []string{"gzip", "zstd"} {
+		var r response
+		if waitFor(20*time.Second, func() bool {
+			r = get(u, map[string]string{"Accept-Encoding": coding})
+			return r.Header.Get("Content-Encoding") == coding
+		}) < 0 {
+			t.Fatalf("no %s answer in proxy mode within 20s", coding)
+		}
+		got, err := decodeAs(coding, r.Body)
+		if err != nil || !bytes.Equal(got, small) || !hasVary(r.Header) || r.Header.Get("ETag") != `"`+smallID+`+`+coding+`"` {
+			t.Fatalf("%s: %v, ETag %q", coding, err, r.Header.Get("ETag"))
+		}
+	}
+	r := get(u, map[string]string{"Accept-Encoding": "gzip", "Range": "bytes=0-99"})
+	if r.Status != 206 || r.Header.Get("Content-Encoding") != "" || !bytes.Equal(r.Body, small[:100]) {
+		t.Fatalf("proxy Range: %d %q", r.Status, r.Header.Get("Content-Encoding"))
+	}
+	if n := srv.CountRequests(t, "s3_GetObject", s3test.ObjectKey("", smallID)); n != 1 {
+		t.Fatalf("%d object GETs for the small segment, want 1 (variants are built from the cached bytes)", n)
+	}
+
+	lu := signURL(c.Base, key, largeID, 15*time.Minute)
+	for range 5 {
+		r := get(lu, map[string]string{"Accept-Encoding": "gzip, zstd"})
+		if r.Header.Get("Content-Encoding") != "" || !bytes.Equal(r.Body, large) {
+			t.Fatalf("a segment over max_entry went out as %q", r.Header.Get("Content-Encoding"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
