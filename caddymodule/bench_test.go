@@ -94,8 +94,8 @@ func BenchmarkServeHTTPServeHit(b *testing.B) {
 			h := newTestHandler(b, nil, nil)
 			c := store.NewCached(s, benchCacheOptions(h))
 			defer c.Close()
-			h.store = c
-			target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+			h.setStore(c)
+			target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 			benchServeHTTP(b, h, target, http.StatusOK, int64(size))
 			b.StopTimer()
 			if st := c.Stats(); st.ByteMisses != 1 || st.RecordMisses != 1 {
@@ -127,15 +127,15 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 		h.Store = &StoreConfig{Backend: "s3", S3: &S3Config{Bucket: "bench"}}
 		h.Delivery = DeliveryRedirect
 	})
-	h.presigner, err = presign.NewS3PresignerForStore(s3s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+	h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 	if err != nil {
 		b.Fatal(err)
 	}
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	b.Run("record_cached", func(b *testing.B) {
 		c := store.NewCached(s3s, benchCacheOptions(h))
 		defer c.Close()
-		h.store = c
+		h.setStore(c)
 		benchServeHTTP(b, h, target, http.StatusFound, 0)
 		b.StopTimer()
 		if st := c.Stats(); st.RecordMisses != 1 {
@@ -145,7 +145,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 	// Every request GETs the record object and HEADs the bytes object at
 	// the real versitygw on loopback.
 	b.Run("record_uncached", func(b *testing.B) {
-		h.store = s3s
+		h.setStore(s3s)
 		benchServeHTTP(b, h, target, http.StatusFound, 0)
 	})
 }

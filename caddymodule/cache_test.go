@@ -76,8 +76,8 @@ func TestServeStormCoalesced(t *testing.T) {
 	body := bytes.Repeat([]byte("storm"), 50_000)
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, nil, nil)
-	h.store = store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	const n = 40
 	var wg sync.WaitGroup
@@ -117,8 +117,8 @@ func TestServeCorruptSegmentIsFault(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	fs.data[id] = []byte("other bytes!!!") // same length, wrong content
 	h := newTestHandler(t, nil, nil)
-	h.store = store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	for range 2 {
 		rec, _ := serve(t, h, http.MethodGet, target, nil)
 		wantError(t, rec, http.StatusServiceUnavailable, "edge.store_unavailable")
@@ -159,9 +159,9 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 				h.Delivery = DeliveryProxy
 				h.Cache = &CacheConfig{MaxEntry: &tc.maxEntry}
 			})
-			h.store = store.NewCached(s3s, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
+			h.setStore(store.NewCached(s3s, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 			defer h.store.Close()
-			target := "/sync/segments/" + url.PathEscape(id) + "?st=" + token(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
+			target := "/sync/segments/" + url.PathEscape(id) + "?st=" + mintToken(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
 			for _, req := range []struct {
 				method, rng string
 				status      int
@@ -216,8 +216,8 @@ func TestRefusalRevalidates(t *testing.T) {
 	body := []byte("republished segment")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(-time.Minute))) // expired
 	h := newTestHandler(t, nil, nil)
-	h.store = store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now))
-	target := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
+	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	rec, _ := serve(t, h, http.MethodGet, target, nil)
 	wantError(t, rec, http.StatusNotFound, "sync.segment_expired")

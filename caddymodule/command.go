@@ -14,8 +14,8 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 func init() {
@@ -55,7 +55,7 @@ func mintCommand() *cobra.Command {
 	f.String("audience-template", "", "audience template, {partition} replaced (e.g. aud:{partition})")
 	f.String("audience-hmac-key", "", "audience HMAC-SHA256 key (hex:, base64:, env:NAME or text)")
 	f.String("audience-encoding", "hex", "audience HMAC rendering: hex or base64url")
-	f.Duration("ttl", presign.DefaultTTLSeconds*time.Second, "token lifetime (whole seconds)")
+	f.Duration("ttl", token.DefaultTTLSeconds*time.Second, "token lifetime (whole seconds)")
 	f.String("base-url", "http://127.0.0.1:8080/sync/segments", "URL of the segments route (the segment id is appended)")
 	f.String("now", "", "issue time, RFC 3339 or unix ms (default: now)")
 	c.SilenceUsage = true
@@ -91,11 +91,11 @@ func runMint(cmd *cobra.Command, _ []string) error {
 	}
 	now := time.Now()
 	if s := get("now"); s != "" {
-		if now, err = presign.ParseTime(s); err != nil {
+		if now, err = token.ParseTime(s); err != nil {
 			return fmt.Errorf("--now: %v", err)
 		}
 	}
-	u, expMs := presign.IssueURL(key, strings.TrimSuffix(get("base-url"), "/"), seg, sd, aud, int64(ttl/time.Second), now.UnixMilli())
+	u, expMs := token.IssueURL(key, strings.TrimSuffix(get("base-url"), "/"), seg, sd, aud, int64(ttl/time.Second), now.UnixMilli())
 	_, tok, _ := strings.Cut(u, "?st=")
 	fmt.Fprintln(cmd.OutOrStdout(), tok)
 	fmt.Fprintln(cmd.OutOrStdout(), u)
@@ -120,7 +120,7 @@ func mintAudience(aud, partition, tmpl, hmacKey, encoding string) (string, error
 		if !strings.Contains(tmpl, "{partition}") {
 			return "", errors.New("--audience-template must contain {partition}")
 		}
-		return presign.TemplateAudience(tmpl).Derive(partition), nil
+		return token.TemplateAudience(tmpl).Derive(partition), nil
 	}
 	k, err := flagSecret("--audience-hmac-key", hmacKey)
 	if err != nil {
@@ -129,7 +129,7 @@ func mintAudience(aud, partition, tmpl, hmacKey, encoding string) (string, error
 	if err := checkKeyStrength(k); err != nil {
 		return "", fmt.Errorf("--audience-hmac-key %v", err)
 	}
-	rule, err := presign.HMACAudience(k, encoding)
+	rule, err := token.HMACAudience(k, encoding)
 	if err != nil {
 		return "", fmt.Errorf("--audience-encoding: %v", err)
 	}
@@ -160,8 +160,8 @@ would be refused.`,
 	f.String("scope-digest", "", "compare the sd claim with this scope digest")
 	f.String("audience", "", "compare the aud claim with this audience")
 	f.String("now", "", "time of the check, RFC 3339 or unix ms (default: now)")
-	f.Duration("skew", presign.DefaultSkew, "clock skew allowed on exp (the edge's skew)")
-	f.Int("max-token-length", presign.DefaultMaxTokenLen, "the edge's max_token_length")
+	f.Duration("skew", token.DefaultSkew, "clock skew allowed on exp (the edge's skew)")
+	f.Int("max-token-length", token.DefaultMaxTokenLen, "the edge's max_token_length")
 	f.String("config", "", "take keys, skew, max_token_length and the audience rule from this config's syncular_segments handler (secrets from the environment, as caddy run would)")
 	f.String("adapter", "caddyfile", "adapter of --config (\"json\" for JSON)")
 	f.String("partition", "", "with --config: compare aud with the audience the config derives for this partition")
@@ -172,11 +172,11 @@ would be refused.`,
 func runInspect(cmd *cobra.Command, args []string) error {
 	f := cmd.Flags()
 	get := func(name string) string { v, _ := f.GetString(name); return v }
-	tok, urlSeg, err := presign.TokenFromURL(args[0])
+	tok, urlSeg, err := token.TokenFromURL(args[0])
 	if err != nil {
 		return err
 	}
-	opts := presign.InspectOptions{SegmentID: urlSeg, ScopeDigest: get("scope-digest"), Audience: get("audience")}
+	opts := token.InspectOptions{SegmentID: urlSeg, ScopeDigest: get("scope-digest"), Audience: get("audience")}
 	if s := get("segment"); s != "" {
 		opts.SegmentID = s
 	}
@@ -194,7 +194,7 @@ func runInspect(cmd *cobra.Command, args []string) error {
 		opts.Keys = append(opts.Keys, kb)
 	}
 	if s := get("now"); s != "" {
-		if opts.Now, err = presign.ParseTime(s); err != nil {
+		if opts.Now, err = token.ParseTime(s); err != nil {
 			return fmt.Errorf("--now: %v", err)
 		}
 	}
@@ -207,9 +207,9 @@ func runInspect(cmd *cobra.Command, args []string) error {
 	} else if get("partition") != "" {
 		return errors.New("--partition needs --config (the audience rule comes from the config)")
 	}
-	r := presign.Inspect(tok, opts)
+	r := token.Inspect(tok, opts)
 	fmt.Fprint(cmd.OutOrStdout(), r.String())
-	if r.Verdict == presign.VerdictRefuse {
+	if r.Verdict == token.VerdictRefuse {
 		return fmt.Errorf("the edge would refuse this token: segment token rejected: %s", r.Reason)
 	}
 	return nil
@@ -220,7 +220,7 @@ func runInspect(cmd *cobra.Command, args []string) error {
 // audience from the first syncular_segments handler of a config. Secrets
 // are expanded from the environment as at provision; errors never show
 // them.
-func optionsFromConfig(opts *presign.InspectOptions, path, adapterName, partition string, skewSet, maxSet bool) error {
+func optionsFromConfig(opts *token.InspectOptions, path, adapterName, partition string, skewSet, maxSet bool) error {
 	body, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--config: %v", err)
@@ -329,7 +329,7 @@ func flagSecret(flag, raw string) ([]byte, error) {
 		}
 		raw = v
 	}
-	k, err := presign.ParseKey(raw)
+	k, err := token.ParseKey(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", flag, err)
 	}

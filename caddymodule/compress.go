@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
@@ -153,28 +152,27 @@ func (h *Handler) notModified(r *http.Request, segID string) bool {
 
 // serveVariant writes a held variant: 200 with Content-Encoding, the
 // variant's length and ETag (HEAD: the same headers, no body).
-func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, d *decision, v variantChoice) error {
-	hdr := w.Header()
-	h.setVariantHeaders(hdr, g.segID, v)
-	hdr.Set("Content-Length", strconv.FormatInt(v.size, 10))
-	setPlaceholder(r, "outcome", outcomeGranted)
+func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, d *decision, v variantChoice) {
+	writeBytesHeaders(w, g, byteRange{off: 0, n: v.size}, rangeNone, d)
+	h.setVariantHeaders(w.Header(), g.segID, v)
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
-		return nil
+		return
 	}
 	n, err := copyBody(w, v.body, v.size)
 	h.metrics.via(d.legacy).bytes(n)
 	h.metrics.codedBytes(v.coding, n)
 	if err != nil {
+		// As for identity bytes: the status line is gone, abort.
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
 			c.Write(zap.String("segment_id", g.segID), zap.String("coding", v.coding.String()), zap.Error(err))
 		}
+		panic(http.ErrAbortHandler)
 	}
-	return nil
 }
 
-// provisionCompress resolves Compress and finds the store's variants
-// (the bytes cache); without a bytes cache nothing is compressed.
+// provisionCompress resolves Compress (checkConfig checked it) and finds
+// the store's variants (the bytes cache).
 func (h *Handler) provisionCompress() error {
 	prefs, err := compressPrefs(h.Compress)
 	if err != nil {

@@ -126,7 +126,7 @@ func TestServeCompressed(t *testing.T) {
 	body := compressibleBody(64 << 10)
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newCompressHandler(t, fs, nil)
-	url := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	url := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	gz := map[string]string{"Accept-Encoding": "gzip"}
 
 	// The first answer is identity (the variant does not exist yet) and
@@ -186,7 +186,7 @@ func TestServeCompressOff(t *testing.T) {
 	body := compressibleBody(16 << 10)
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newCompressHandler(t, fs, func(h *Handler) { h.Compress = []string{"off"} })
-	url := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	url := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 	for range 20 {
 		rec, _ := serve(t, h, "GET", url, map[string]string{"Accept-Encoding": "gzip, zstd"})
 		if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), body) || rec.Header().Get("Content-Encoding") != "" || rec.Header().Get("Vary") != "" {

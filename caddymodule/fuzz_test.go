@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 const fuzzID = "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"
@@ -182,8 +182,8 @@ func FuzzServeNeverWronglyGrants(f *testing.F) {
 	body := []byte("SSG2 fuzz segment body, a few bytes long")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(f, fs, func(h *Handler) { h.Untokened = "reject" })
-	good := token(id, digestA, "aud:p1", testNow.Add(time.Minute))
-	other := token(id, digestB, "aud:p1", testNow.Add(time.Minute))
+	good := mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	other := mintToken(id, digestB, "aud:p1", testNow.Add(time.Minute))
 	for _, s := range []struct{ path, query, rng string }{
 		{"/segments/" + id, "st=" + good, ""},
 		{"/segments/" + id, "st=" + good, "bytes=3-7"},
@@ -219,7 +219,7 @@ func FuzzServeNeverWronglyGrants(f *testing.F) {
 			if len(toks) != 1 || !okPath || segID != id {
 				t.Fatalf("granted %s with tokens %q", target, toks)
 			}
-			if _, _, err := presign.NewVerifier([][]byte{testKey}, presign.DefaultSkew, 0).Verify(toks[0], id, testNow); err != nil {
+			if _, _, err := token.NewVerifier([][]byte{testKey}, token.DefaultSkew, 0).Verify(toks[0], id, testNow); err != nil {
 				t.Fatalf("granted a token the verifier refuses: %v", err)
 			}
 			if !bytes.Contains(body, rec.Body.Bytes()) || rec.Body.Len() == 0 {
@@ -272,11 +272,11 @@ func TestForgedTokenRevealsNothing(t *testing.T) {
 	exp := testNow.Add(time.Minute)
 	forgeries := map[string]func(seg string) string{
 		"wrong key": func(seg string) string {
-			return presign.Sign([]byte("not-the-edge-key"), seg, digestA, "aud:p1", exp.Unix())
+			return token.Sign([]byte("not-the-edge-key"), seg, digestA, "aud:p1", exp.Unix())
 		},
-		"truncated mac": func(seg string) string { t := token(seg, digestA, "aud:p1", exp); return t[:len(t)-3] },
+		"truncated mac": func(seg string) string { t := mintToken(seg, digestA, "aud:p1", exp); return t[:len(t)-3] },
 		"flipped mac": func(seg string) string {
-			t := []byte(token(seg, digestA, "aud:p1", exp))
+			t := []byte(mintToken(seg, digestA, "aud:p1", exp))
 			if t[len(t)-1] == 'A' {
 				t[len(t)-1] = 'B'
 			} else {
@@ -284,16 +284,16 @@ func TestForgedTokenRevealsNothing(t *testing.T) {
 			}
 			return string(t)
 		},
-		"expired":        func(seg string) string { return token(seg, digestA, "aud:p1", testNow.Add(-time.Hour)) },
-		"other segment":  func(string) string { return token("sha256:"+strings.Repeat("5", 64), digestA, "aud:p1", exp) },
+		"expired":        func(seg string) string { return mintToken(seg, digestA, "aud:p1", testNow.Add(-time.Hour)) },
+		"other segment":  func(string) string { return mintToken("sha256:"+strings.Repeat("5", 64), digestA, "aud:p1", exp) },
 		"garbage":        func(string) string { return "not-a-token" },
-		"oversize":       func(seg string) string { return strings.Repeat("A", 5000) + token(seg, digestA, "aud:p1", exp) },
-		"payload swap":   func(seg string) string { return swapPayload(token(seg, digestA, "aud:p1", exp)) },
-		"no mac":         func(seg string) string { p, _, _ := strings.Cut(token(seg, digestA, "aud:p1", exp), "."); return p },
+		"oversize":       func(seg string) string { return strings.Repeat("A", 5000) + mintToken(seg, digestA, "aud:p1", exp) },
+		"payload swap":   func(seg string) string { return swapPayload(mintToken(seg, digestA, "aud:p1", exp)) },
+		"no mac":         func(seg string) string { p, _, _ := strings.Cut(mintToken(seg, digestA, "aud:p1", exp), "."); return p },
 		"empty":          func(string) string { return "" },
-		"two dots":       func(seg string) string { return token(seg, digestA, "aud:p1", exp) + ".x" },
-		"padding abuse":  func(seg string) string { return token(seg, digestA, "aud:p1", exp) + "====" },
-		"whitespace mac": func(seg string) string { return token(seg, digestA, "aud:p1", exp) + "%20A" },
+		"two dots":       func(seg string) string { return mintToken(seg, digestA, "aud:p1", exp) + ".x" },
+		"padding abuse":  func(seg string) string { return mintToken(seg, digestA, "aud:p1", exp) + "====" },
+		"whitespace mac": func(seg string) string { return mintToken(seg, digestA, "aud:p1", exp) + "%20A" },
 	}
 	for name, forge := range forgeries {
 		t.Run(name, func(t *testing.T) {
@@ -330,7 +330,7 @@ func TestManyRangesBounded(t *testing.T) {
 	body := bytes.Repeat([]byte("0123456789"), 100)
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
-	url := "/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 	var many strings.Builder
 	many.WriteString("bytes=")
 	for i := 0; i < 5000; i++ {

@@ -45,7 +45,7 @@ func TestServeExpiryBoundary(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			now := exp.Add(c.offset)
 			h := newTestHandler(t, fs, func(h *Handler) { h.now = func() time.Time { return now } })
-			url := "/segments/" + c.seg + "?st=" + token(c.seg, digestA, "aud:p1", later.Add(time.Hour))
+			url := "/segments/" + c.seg + "?st=" + mintToken(c.seg, digestA, "aud:p1", later.Add(time.Hour))
 			rec, _ := serve(t, h, "GET", url, nil)
 			if c.status == 200 {
 				if rec.Code != 200 {
@@ -88,7 +88,7 @@ func TestServeCheckpointSQLite(t *testing.T) {
 	}
 	defer st.Close()
 	h := newTestHandler(t, st, nil)
-	url := "/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 
 	for i, c := range []seed.Checkpoint{
 		{}, // none yet

@@ -24,8 +24,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // fakeStore is an in-memory store for unit tests: it counts calls and
@@ -140,7 +140,7 @@ func newTestHandler(t testing.TB, st store.Store, mod func(*Handler)) *Handler {
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h.store = st
+	h.setStore(st)
 	return h
 }
 
@@ -214,8 +214,8 @@ func pub(partition, sd string, expiresAt time.Time) store.Publication {
 	return store.Publication{Partition: partition, LogEpoch: "e1", Table: "tasks", MediaType: store.MediaRows, ScopeDigest: sd, ExpiresAtMs: expiresAt.UnixMilli()}
 }
 
-func token(seg, sd, aud string, exp time.Time) string {
-	return presign.Sign(testKey, seg, sd, aud, exp.Unix())
+func mintToken(seg, sd, aud string, exp time.Time) string {
+	return token.Sign(testKey, seg, sd, aud, exp.Unix())
 }
 
 func TestServeGranted(t *testing.T) {
@@ -223,7 +223,7 @@ func TestServeGranted(t *testing.T) {
 	body := []byte("SSG2 segment bytes for p1")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
-	url := "/sync/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	url := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	rec, repl := serve(t, h, "GET", url, nil)
 	if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), body) {
@@ -296,7 +296,7 @@ func TestRequestShapes(t *testing.T) {
 	fs := newFakeStore()
 	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
-	tok := token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	tok := mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 
 	rec, _ := serve(t, h, "POST", "/segments/"+id+"?st="+tok, nil)
 	wantError(t, rec, 405, "edge.method_not_allowed")
@@ -371,12 +371,12 @@ func TestForgedTokensNeverReachStore(t *testing.T) {
 	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
 	forged := []string{
-		presign.Sign([]byte("edge-test-key-2"), id, digestA, "aud:p1", testNow.Add(time.Minute).Unix()),
-		token(id, digestA, "aud:p1", testNow.Add(time.Minute)) + "x",
+		token.Sign([]byte("edge-test-key-2"), id, digestA, "aud:p1", testNow.Add(time.Minute).Unix()),
+		mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute)) + "x",
 		"!!!.???",
 		"",
-		token(id, digestA, "aud:p1", testNow.Add(-2*time.Minute)),                             // expired
-		token("sha256:"+strings.Repeat("0", 64), digestA, "aud:p1", testNow.Add(time.Minute)), // other segment
+		mintToken(id, digestA, "aud:p1", testNow.Add(-2*time.Minute)),                             // expired
+		mintToken("sha256:"+strings.Repeat("0", 64), digestA, "aud:p1", testNow.Add(time.Minute)), // other segment
 	}
 	for _, tok := range forged {
 		rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+tok, nil)
@@ -426,7 +426,7 @@ func TestGrantOutcomes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rec, _ := serve(t, h, "GET", "/segments/"+c.seg+"?st="+token(c.seg, c.sd, c.aud, exp), nil)
+			rec, _ := serve(t, h, "GET", "/segments/"+c.seg+"?st="+mintToken(c.seg, c.sd, c.aud, exp), nil)
 			if c.status == 200 {
 				if rec.Code != 200 {
 					t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
@@ -448,7 +448,7 @@ func TestStoreFaults(t *testing.T) {
 	fs := newFakeStore()
 	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, func(h *Handler) { h.StoreTimeout = caddy.Duration(50 * time.Millisecond) })
-	url := "/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 
 	fs.lookupErr = errors.New("database disk image is malformed")
 	rec, _ := serve(t, h, "GET", url, nil)
@@ -483,12 +483,12 @@ func TestKeyRotation(t *testing.T) {
 	fs := newFakeStore()
 	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, func(h *Handler) { h.Keys = []string{strongKey2, "hex:" + hex.EncodeToString(testKey)} })
-	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token(id, digestA, "aud:p1", testNow.Add(time.Minute)), nil)
+	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute)), nil)
 	if rec.Code != 200 {
 		t.Fatalf("old key not accepted during rotation: %d", rec.Code)
 	}
-	newKey, _ := presign.ParseKey(strongKey2)
-	tok := presign.Sign(newKey, id, digestA, "aud:p1", testNow.Add(time.Minute).Unix())
+	newKey, _ := token.ParseKey(strongKey2)
+	tok := token.Sign(newKey, id, digestA, "aud:p1", testNow.Add(time.Minute).Unix())
 	rec, _ = serve(t, h, "GET", "/segments/"+id+"?st="+tok, nil)
 	if rec.Code != 200 {
 		t.Fatalf("new key not accepted: %d", rec.Code)
@@ -503,7 +503,7 @@ func TestHashInSignedURL(t *testing.T) {
 	fs := newFakeStore()
 	id := fs.add([]byte("x"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
-	tok := token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	tok := mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 	seg := "/sync/segments/" + id
 	for _, target := range []string{
 		seg + "?x=#&st=" + tok,

@@ -60,7 +60,7 @@ func TestCleanupWaitsForInflight(t *testing.T) {
 	gs := &gatedStore{fakeStore: fs, gate: make(chan struct{}), opened: make(chan struct{}, 1)}
 	h := newTestHandler(t, gs, nil)
 	h.life = new(lifetime)
-	url := "/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 
 	done := make(chan []byte)
 	go func() {
@@ -112,7 +112,7 @@ func TestCleanupUnderLoad(t *testing.T) {
 	close(gs.gate)
 	h := newTestHandler(t, gs, nil)
 	h.life = new(lifetime)
-	url := "/segments/" + id + "?st=" + token(id, digestA, "aud:p1", testNow.Add(time.Minute))
+	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 	var wg sync.WaitGroup
 	var bad atomic.Int64
 	start := make(chan struct{})

@@ -103,7 +103,7 @@ func (c *collectors) register(reg prometheus.Registerer) error {
 // Outcomes a handler can record, resolved to counters at provision so the
 // request path only indexes a map.
 var knownOutcomes = []string{
-	outcomeGranted, outcomeNotModied, outcomeNext,
+	outcomeGranted, outcomeNotModified, outcomeNext,
 	errForbidden.code, errNotFound.code, errExpired.code, errInvalid.code, errMethod.code,
 	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code,
 }

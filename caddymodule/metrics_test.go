@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // metricValue reads a counter or gauge.
@@ -59,11 +59,11 @@ func TestMetricsCountDecisions(t *testing.T) {
 	h.logger = zap.New(core)
 
 	exp := testNow.Unix() + 600
-	good := presign.Sign(testKey, id, digestA, "aud:p1", exp)
-	oldKey := presign.Sign(old, id, digestA, "aud:p1", exp)
-	expired := presign.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()-120)
-	badMAC := presign.Sign([]byte("unknown"), id, digestA, "aud:p1", exp)
-	wrongAud := presign.Sign(old, id, digestA, "aud:p2", exp)
+	good := token.Sign(testKey, id, digestA, "aud:p1", exp)
+	oldKey := token.Sign(old, id, digestA, "aud:p1", exp)
+	expired := token.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()-120)
+	badMAC := token.Sign([]byte("unknown"), id, digestA, "aud:p1", exp)
+	wrongAud := token.Sign(old, id, digestA, "aud:p2", exp)
 
 	before := map[string]float64{}
 	for _, o := range []string{"granted", "sync.forbidden", "next", "not_modified"} {
@@ -214,7 +214,7 @@ func TestMetricsDisabled(t *testing.T) {
 		t.Fatalf("disabled: %v %v", err, h.metrics)
 	}
 	before := requestsOf("granted", "serve")
-	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+presign.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+60), nil)
+	rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+60), nil)
 	if rec.Code != 200 || requestsOf("granted", "serve") != before {
 		t.Fatalf("disabled metrics counted: %d", rec.Code)
 	}
@@ -338,7 +338,7 @@ func TestMetricsServerLabelCountsApart(t *testing.T) {
 		sites[name] = h
 	}
 	aBefore, bBefore := requestsOn("count-site-a", "granted", "serve"), requestsOn("count-site-b", "granted", "serve")
-	tok := presign.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+600)
+	tok := token.Sign(testKey, id, digestA, "aud:p1", testNow.Unix()+600)
 	for range 3 {
 		serve(t, sites["count-site-a"], "GET", "/segments/"+id+"?st="+tok, nil)
 	}

@@ -204,7 +204,7 @@ func TestSkewZeroIsZero(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newTestHandler(t, fs, func(h *Handler) { h.Skew = c.skew })
-			rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+token(id, digestA, "aud:p1", testNow.Add(-c.past)), nil)
+			rec, _ := serve(t, h, "GET", "/segments/"+id+"?st="+mintToken(id, digestA, "aud:p1", testNow.Add(-c.past)), nil)
 			if c.status == 403 {
 				wantError(t, rec, 403, "sync.forbidden")
 			} else if rec.Code != c.status {
@@ -242,6 +242,55 @@ func TestZeroDurationsRefusedInCaddyfile(t *testing.T) {
 		}
 		if (h.Skew == nil) != (c.want == nil) || (h.Skew != nil && *h.Skew != *c.want) {
 			t.Errorf("%q: skew %v, want %v", c.in, h.Skew, c.want)
+		}
+	}
+}
+
+// TestConfigCheckedBeforeStoreOpened: every check of the options runs
+// before a store is opened. delivery redirect with a sqlite store is
+// refused without touching the database file (before, the file was
+// opened and Validate refused the config afterwards), and an out-of-range
+// presign_ttl is refused before the S3 store is built and its bucket
+// probed.
+func TestConfigCheckedBeforeStoreOpened(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "never-created.db")
+	db := filepath.Join(dir, "sync.db")
+	w, err := seed.Create(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	tmpl := &AudienceConfig{Kind: "template", Template: "aud:{partition}"}
+	for _, path := range []string{missing, db} {
+		h := &Handler{Keys: []string{strongKey}, Audience: tmpl, Delivery: DeliveryRedirect,
+			Store: &StoreConfig{Backend: backendSQLite, Path: path}}
+		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+		err := h.Provision(ctx)
+		if err == nil || !strings.Contains(err.Error(), "delivery redirect needs an s3 store") {
+			t.Fatalf("%s: Provision error %v, want the delivery refused", path, err)
+		}
+		if _, loaded := sqlitePool.References("sqlite:" + path); loaded || h.store != nil {
+			t.Fatalf("%s: the database was opened before the config was refused", path)
+		}
+		if err := h.Cleanup(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("database path touched: %v", err)
+	}
+
+	// An S3 endpoint nothing listens on: reaching it would fail with
+	// "unreachable", after the store_timeout.
+	for _, ttl := range []time.Duration{8 * 24 * time.Hour, 1500 * time.Millisecond} {
+		h := &Handler{Keys: []string{strongKey}, Audience: tmpl, Delivery: DeliveryRedirect,
+			PresignTTL: caddy.Duration(ttl), StoreTimeout: caddy.Duration(time.Minute),
+			Store: &StoreConfig{Backend: backendS3, S3: &S3Config{Bucket: "b", Region: "r", Endpoint: "http://127.0.0.1:1"}}}
+		err := provision(t, h)
+		if err == nil || !strings.Contains(err.Error(), "presign_ttl must be whole seconds") {
+			t.Fatalf("presign_ttl %v: error %v, want it refused before the bucket is probed", ttl, err)
 		}
 	}
 }

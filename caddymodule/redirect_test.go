@@ -49,11 +49,11 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 		h.Delivery = DeliveryRedirect
 		h.now = func() time.Time { return now }
 	})
-	h.presigner, err = presign.NewS3PresignerForStore(s3s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+	h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := "/sync/segments/" + url.PathEscape(id) + "?st=" + token(id, digestA, "aud:p1", end.Add(time.Hour))
+	target := "/sync/segments/" + url.PathEscape(id) + "?st=" + mintToken(id, digestA, "aud:p1", end.Add(time.Hour))
 
 	for _, tc := range []struct {
 		left     time.Duration // grant left at now

@@ -1,10 +1,7 @@
 package caddymodule
 
 import (
-	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,29 +11,61 @@ import (
 	"github.com/syncular/caddy-syncular/store"
 )
 
-// Values of Handler.LegacyHeaders, and the delivery label of a request a
-// redirect handler streamed because of a legacy record header.
-const (
-	legacyHeadersStream   = "stream"
-	legacyHeadersRedirect = "redirect"
-	deliveryStreamLegacy  = "stream_legacy"
-)
+// S3Config addresses an S3-compatible bucket (AWS S3, Cloudflare R2,
+// MinIO, ...) the sync server writes segments to. Every field may hold
+// {env.*} or {file.*} placeholders, expanded once when the config loads.
+type S3Config struct {
+	// Name of the bucket. Required.
+	Bucket string `json:"bucket,omitempty"`
+
+	// Region of the bucket, e.g. "us-east-1"; "auto" for R2. Default: the
+	// SDK's (the AWS_REGION environment variable or shared config), which
+	// must then name one.
+	Region string `json:"region,omitempty"`
+
+	// Endpoint URL of an S3-compatible service, e.g.
+	// "https://<account>.r2.cloudflarestorage.com". Default: none, the AWS
+	// S3 endpoint of the region.
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// Key prefix the sync server writes under, e.g. "syncular/". Default:
+	// none.
+	Prefix string `json:"prefix,omitempty"`
+
+	// Access key id of static credentials. Default: none; omit it and
+	// secret_access_key to use the SDK's default credential chain
+	// (environment, shared config, instance role).
+	AccessKeyID string `json:"access_key_id,omitempty"`
+
+	// Secret access key of static credentials; write it as an {env.*} or
+	// {file.*} placeholder, never literally. Errors name this setting,
+	// never its value. Default: none (see access_key_id).
+	SecretAccessKey string `json:"secret_access_key,omitempty"`
+
+	// Session token of temporary static credentials. Default: none.
+	SessionToken string `json:"session_token,omitempty"`
+
+	// Path-style addressing (https://endpoint/bucket/key) instead of
+	// virtual-hosted style (https://bucket.endpoint/key). Default: true,
+	// the layout the reference sync server uses.
+	PathStyle *bool `json:"path_style,omitempty"`
+}
 
 // provisionS3 builds the S3 store (no network I/O: credentials from the
-// SDK chain are fetched on first use) and, for redirect delivery, the
-// presigner.
+// SDK chain are fetched on first use), probes the bucket and, for
+// redirect delivery, builds the presigner.
 func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	c := h.Store.S3
-	if c == nil || c.Bucket == "" {
-		return errors.New("syncular_segments: store s3 needs a bucket")
-	}
 	cfg := store.S3Config{
 		Bucket:    repl.ReplaceKnown(c.Bucket, ""),
 		Region:    repl.ReplaceKnown(c.Region, ""),
 		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),
 		Prefix:    repl.ReplaceKnown(c.Prefix, ""),
-		PathStyle: c.PathStyle == nil || *c.PathStyle,
+		PathStyle: defaultPathStyle,
 		Timeout:   time.Duration(h.StoreTimeout),
+	}
+	if c.PathStyle != nil {
+		cfg.PathStyle = *c.PathStyle
 	}
 	// Credentials: expanded once; errors name the setting, never the value.
 	for _, f := range []struct {
@@ -65,69 +94,17 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		return err
 	}
 	if h.Delivery == DeliveryRedirect {
-		p, err := presign.NewS3PresignerForStore(s, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+		p, err := presign.NewS3Presigner(s.Client(), s.Bucket(), s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
 			return fmt.Errorf("syncular_segments: presign: %v", err)
 		}
 		h.presigner = p
-		h.streamLegacy = h.LegacyHeaders != legacyHeadersRedirect
+		legacy := h.LegacyHeaders
+		if legacy == "" {
+			legacy = defaultLegacyHeaders
+		}
+		h.streamLegacy = legacy == legacyHeadersStream
 	}
-	return nil
-}
-
-// streamsLegacy reports whether a redirect handler answers rec with the
-// bytes instead of a redirect: its S3 object carries an older writer's
-// x-amz-meta-syncular-record header (whichever record the store used), and
-// S3 returns user metadata on a presigned GET, so the client would receive
-// the partition id (PROTOCOL.md §1 forbids it). Streaming sends only the
-// edge's own headers. legacy_headers redirect turns this off.
-func (h *Handler) streamsLegacy(rec *store.Record) bool {
-	return h.streamLegacy && rec.LegacyHeader
-}
-
-// validateLegacyHeaders checks legacy_headers: stream or redirect, and
-// only with redirect delivery (the other modes never redirect).
-func (h *Handler) validateLegacyHeaders() error {
-	switch h.LegacyHeaders {
-	case "":
-		return nil
-	case legacyHeadersStream, legacyHeadersRedirect:
-	default:
-		return fmt.Errorf("syncular_segments: legacy_headers must be stream or redirect, not %q", h.LegacyHeaders)
-	}
-	if h.Delivery != DeliveryRedirect {
-		return fmt.Errorf("syncular_segments: legacy_headers applies to delivery redirect only (delivery is %s)", h.Delivery)
-	}
-	return nil
-}
-
-// redirect answers 302 with a presigned GET of the segment's object that
-// expires strictly before the grant ends. In the grant's last second or
-// two no such URL can still be valid now (SigV4 counts whole seconds):
-// the grant is live, so the edge streams the bytes itself, as in proxy
-// delivery, rather than hand out a URL that outlives the grant.
-func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *decision) error {
-	start := time.Now()
-	u, expires, err := h.presignURL(r.Context(), g)
-	d.presign = time.Since(start)
-	h.metrics.storeOp(opPresign, d.presign)
-	if errors.Is(err, presign.ErrS3GrantTooShort) || errors.Is(err, presign.ErrS3GrantEnded) {
-		setPlaceholder(r, "delivery", DeliveryProxy)
-		return h.serve(w, r, g, d)
-	}
-	if err != nil {
-		h.storeFault(w, r, g.segID, "presign", err)
-		return nil
-	}
-	life := int64(expires.Sub(g.now) / time.Second)
-	if life < 0 {
-		life = 0
-	}
-	hdr := w.Header()
-	hdr.Set("Location", u)
-	hdr.Set("Cache-Control", "private, max-age="+strconv.FormatInt(life, 10))
-	setPlaceholder(r, "outcome", outcomeGranted)
-	w.WriteHeader(http.StatusFound)
 	return nil
 }
 
@@ -147,7 +124,11 @@ func (h *Handler) checkS3(ctx caddy.Context, s *store.S3) error {
 	if h.Store.S3.Endpoint != "" {
 		where += " at " + h.Store.S3.Endpoint
 	}
-	if h.VerifyStoreOnStart != nil && !*h.VerifyStoreOnStart {
+	verify := defaultVerifyStore
+	if h.VerifyStoreOnStart != nil {
+		verify = *h.VerifyStoreOnStart
+	}
+	if !verify {
 		h.logger.Warn("s3 store unreachable at start; serving anyway (verify_store_on_start false)",
 			zap.String("bucket", s.Bucket()), zap.Error(err))
 		return nil

@@ -69,7 +69,7 @@ func TestRedirectLegacyHeaders(t *testing.T) {
 		return h
 	}
 	target := func(id string) string {
-		return "/sync/segments/" + url.PathEscape(id) + "?st=" + token(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
+		return "/sync/segments/" + url.PathEscape(id) + "?st=" + mintToken(id, digestA, "aud:"+partition, testNow.Add(10*time.Minute))
 	}
 
 	for _, tc := range []struct {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 const abuseSite = `{
@@ -67,12 +67,12 @@ func TestAbuse(t *testing.T) {
 	t.Run("forged flood never reaches the store", func(t *testing.T) {
 		before := srv.CountRequests(t, "", "")
 		exp := time.Now().Add(time.Minute).Unix()
-		valid := presign.Sign([]byte(key), freshID, hardDigest, hardAud, exp)
+		valid := token.Sign([]byte(key), freshID, hardDigest, hardAud, exp)
 		forgeries := []string{
-			presign.Sign([]byte("not-the-key"), freshID, hardDigest, hardAud, exp),
+			token.Sign([]byte("not-the-key"), freshID, hardDigest, hardAud, exp),
 			valid[:len(valid)-4] + "AAAA",
-			presign.Sign([]byte(key), freshID, hardDigest, hardAud, time.Now().Add(-time.Hour).Unix()),
-			presign.Sign([]byte(key), "sha256:"+strings.Repeat("1", 64), hardDigest, hardAud, exp),
+			token.Sign([]byte(key), freshID, hardDigest, hardAud, time.Now().Add(-time.Hour).Unix()),
+			token.Sign([]byte(key), "sha256:"+strings.Repeat("1", 64), hardDigest, hardAud, exp),
 			strings.Repeat("A", 5000) + "." + strings.Repeat("B", 43),
 			strings.Repeat("x", 12000),
 			"",

@@ -20,7 +20,7 @@ import (
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // browserPage fetches every URL of urls (name → URL, with fetch options)
@@ -164,7 +164,7 @@ func decodeResult(t *testing.T, res map[string]json.RawMessage, name string) bro
 // the CORS lines do not cover must be a failed fetch (the control that
 // the browser enforces CORS here).
 func TestBrowserCORS(t *testing.T) {
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"browser"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"browser"}})
 	const partition = "tenant-browser"
 	up := newRecordingUpstream(t)
 
@@ -226,8 +226,8 @@ func TestBrowserCORS(t *testing.T) {
 			startConfig(t, examplePath(t, "browser", s.config), "caddyfile", env, addr)
 			exp := time.Now().Add(15 * time.Minute).Unix()
 			seg := "http://" + addr + "/sync/segments/" + s.id + "?st="
-			good := seg + presign.Sign(segKey, s.id, digest, hmacAud(t, audKey, partition), exp)
-			refused := seg + presign.Sign(segKey, s.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
+			good := seg + token.Sign(segKey, s.id, digest, hmacAud(t, audKey, partition), exp)
+			refused := seg + token.Sign(segKey, s.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
 
 			cases := []browserCase{
 				{Name: "granted", URL: good},

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // checkpointSite serves one store twice: /fresh/ without the record
@@ -59,7 +59,7 @@ func TestSQLiteBackfillCheckpoint(t *testing.T) {
 	}
 	defer w.Close()
 	body := []byte("SSG2 segment minted before the backfill checkpoint")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"u-ckpt"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"u-ckpt"}})
 	nowMs := time.Now().UnixMilli()
 	id, err := w.Put(seed.SegmentInput{Bytes: body, Publication: store.Publication{
 		Partition: "p-ckpt", LogEpoch: "e1", Table: "tasks", SchemaVersion: 3, MediaType: "rows",
@@ -71,7 +71,7 @@ func TestSQLiteBackfillCheckpoint(t *testing.T) {
 
 	key := randKey(t)
 	c := startCaddy(t, strings.ReplaceAll(checkpointSite, "STORE_PATH", path), "SEG_KEY="+key)
-	tok := presign.Sign([]byte(key), id, digest, "aud:p-ckpt", time.Now().Add(10*time.Minute).Unix())
+	tok := token.Sign([]byte(key), id, digest, "aud:p-ckpt", time.Now().Add(10*time.Minute).Unix())
 	fresh := c.Base + "/fresh/segments/" + id + "?st=" + tok
 	cached := c.Base + "/cached/segments/" + id + "?st=" + tok
 

@@ -17,7 +17,7 @@ import (
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/internal/segdata"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // compressSites: the default (compression on) on {{PORT}}, `compress off`
@@ -141,7 +141,7 @@ func TestCompressedDelivery(t *testing.T) {
 	c := startCaddy(t, site, "SEG_KEY="+segKey)
 	off := fmt.Sprintf("http://127.0.0.1:%d", port2)
 	url := func(base, id string) string {
-		tok := presign.Sign([]byte(segKey), id, hardDigest, hardAud, time.Now().Add(time.Hour).Unix())
+		tok := token.Sign([]byte(segKey), id, hardDigest, hardAud, time.Now().Add(time.Hour).Unix())
 		return base + "/segments/" + id + "?st=" + tok
 	}
 	get := func(t *testing.T, method, u string, hdr map[string]string) response {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // Helpers of the tests that run the committed configs (examples/, README
@@ -119,8 +119,10 @@ type bucketSegment struct {
 	body []byte
 }
 
-// putSegments writes n random segments of size bytes the way the
-// reference S3SegmentStore does.
+// putSegments writes n random segments of size bytes the way current
+// reference writers do: the bytes object without metadata and the record
+// as a plain JSON object. (A bytes object with the legacy record header
+// is streamed, not redirected: PROTOCOL.md §5.2.)
 func putSegments(t *testing.T, srv *s3test.Server, bucket, partition, digest string, n, size int) []bucketSegment {
 	t.Helper()
 	cl := srv.Client()
@@ -128,7 +130,8 @@ func putSegments(t *testing.T, srv *s3test.Server, bucket, partition, digest str
 	for i := 0; i < n; i++ {
 		b := randomBytes(t, size)
 		id := s3test.SegmentID(b)
-		s3test.PutSegment(t, cl, bucket, "", b, s3test.RecordHeader(record(id, len(b), partition, digest, time.Now().Add(time.Hour))))
+		s3test.PutSegment(t, cl, bucket, "", b, "")
+		s3test.PutRecordObject(t, cl, bucket, "", id, record(id, len(b), partition, digest, time.Now().Add(time.Hour)))
 		out = append(out, bucketSegment{id: id, body: b})
 	}
 	return out
@@ -138,7 +141,7 @@ func putSegments(t *testing.T, srv *s3test.Server, bucket, partition, digest str
 // derives for partition.
 func hmacAud(t testing.TB, key []byte, partition string) string {
 	t.Helper()
-	a, err := presign.HMACAudience(key, "hex")
+	a, err := token.HMACAudience(key, "hex")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // fleetClient downloads through the front with many connections.
@@ -66,7 +66,7 @@ func (e fleetEdge) granted(t *testing.T) map[string]int {
 func TestFleetExample(t *testing.T) {
 	srv := s3test.Start(t, s3test.WithRegion("auto"))
 	srv.CreateBucket(t, "segments")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"fleet"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"fleet"}})
 	const partition = "tenant-fleet"
 	segs := putSegments(t, srv, "segments", partition, digest, 5, 64_000)
 	segKeyCfg, segKey := exampleKey(t)
@@ -99,7 +99,7 @@ func TestFleetExample(t *testing.T) {
 	}
 	token := func(client int, id string) string {
 		// Every client's token differs (its own expiry), as in production.
-		return presign.Sign(segKey, id, digest, aud, time.Now().Add(10*time.Minute+time.Duration(client)*time.Second).Unix())
+		return token.Sign(segKey, id, digest, aud, time.Now().Add(10*time.Minute+time.Duration(client)*time.Second).Unix())
 	}
 
 	edges := startEdges("proxy")

@@ -21,15 +21,15 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // Helpers shared by the fault, abuse and reload tests: process
 // resource counts, a seeded store, tokens, bounded load.
 
 // hardDigest is the scope digest every hardening segment is published under.
-var hardDigest = presign.ScopeDigest(map[string][]string{"user_id": {"hardening"}})
+var hardDigest = token.ScopeDigest(map[string][]string{"user_id": {"hardening"}})
 
 // hardAud is the audience of partition p1 under "audience template aud:{partition}".
 const hardAud = "aud:p1"
@@ -99,7 +99,7 @@ func seedOne(t testing.TB, partition, digest string, body []byte) (path, id stri
 
 // signURL is a signed download URL for id under key, valid ttl.
 func signURL(base, key, id string, ttl time.Duration) string {
-	tok := presign.Sign([]byte(key), id, hardDigest, hardAud, time.Now().Add(ttl).Unix())
+	tok := token.Sign([]byte(key), id, hardDigest, hardAud, time.Now().Add(ttl).Unix())
 	return base + "/segments/" + id + "?st=" + tok
 }
 

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // metricsSite runs two syncular_segments handlers (so the second
@@ -61,17 +61,17 @@ http://127.0.0.1:{{PORT}} {
 // endpoint; then reloads and checks that the counts carry on.
 func TestMetricsEndpoint(t *testing.T) {
 	body := []byte("SSG2 metrics test segment; the bytes are what the client hashes")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"u1"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"u1"}})
 	dbPath, id := seedOne(t, "tenant-p1", digest, body)
 
 	keyNew, keyOld, audKey := "metrics-key-new-7f3a", "metrics-key-old-19c2", "metrics-aud-key-55e1"
-	aud, _ := presign.HMACAudience([]byte(audKey), "hex")
+	aud, _ := token.HMACAudience([]byte(audKey), "hex")
 	audP1, audP2 := aud.Derive("tenant-p1"), aud.Derive("tenant-p2")
 	site := strings.NewReplacer("STORE_PATH", dbPath, "SKEW", "skew 60s").Replace(metricsSite)
 	c := startCaddy(t, site, "SEG_KEY="+keyNew, "SEG_KEY_OLD="+keyOld, "AUD_KEY="+audKey)
 
 	exp, past := time.Now().Unix()+600, time.Now().Unix()-300
-	sign := func(key, a string, e int64) string { return presign.Sign([]byte(key), id, digest, a, e) }
+	sign := func(key, a string, e int64) string { return token.Sign([]byte(key), id, digest, a, e) }
 	var tokens []string
 	get := func(tok string, wantStatus int) {
 		t.Helper()
@@ -223,15 +223,15 @@ http://127.0.0.1:PORT2 {
 // each per-request metric, told apart by the server label.
 func TestMetricsPerServer(t *testing.T) {
 	body := []byte("SSG2 per-server metrics segment")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"u1"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"u1"}})
 	dbPath, id := seedOne(t, "tenant-p1", digest, body)
 	segKey, audKey := randomKey(t), randomKey(t)
 	port2 := freePort(t)
 	site := strings.NewReplacer("STORE_PATH", dbPath, "PORT2", strconv.Itoa(port2)).Replace(twoSites)
 	c := startCaddy(t, site, "SEG_KEY="+segKey, "AUD_KEY="+audKey)
 
-	aud, _ := presign.HMACAudience([]byte(audKey), "hex")
-	tok := presign.Sign([]byte(segKey), id, digest, aud.Derive("tenant-p1"), time.Now().Unix()+600)
+	aud, _ := token.HMACAudience([]byte(audKey), "hex")
+	tok := token.Sign([]byte(segKey), id, digest, aud.Derive("tenant-p1"), time.Now().Unix()+600)
 	first, second := c.Base, fmt.Sprintf("http://127.0.0.1:%d", port2)
 	for _, base := range []string{first, first, second} {
 		if r := do(t, "GET", base+"/segments/"+id+"?st="+tok, nil); r.Status != 200 {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // recordingUpstream is a stand-in sync server that remembers every path
@@ -126,7 +126,7 @@ func TestProductionExample(t *testing.T) {
 	cfg := examplePath(t, "production", "Caddyfile")
 	srv := s3test.Start(t, s3test.WithRegion("auto"))
 	srv.CreateBucket(t, "segments")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"prod-example"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"prod-example"}})
 	const partition = "tenant-prod-7f3a"
 	segs := putSegments(t, srv, "segments", partition, digest, 1, 300_000)
 	seg := segs[0]
@@ -175,8 +175,8 @@ func TestProductionExample(t *testing.T) {
 			}
 
 			exp := time.Now().Add(15 * time.Minute).Unix()
-			good := presign.Sign(segKey, seg.id, digest, hmacAud(t, audKey, partition), exp)
-			other := presign.Sign(segKey, seg.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
+			good := token.Sign(segKey, seg.id, digest, hmacAud(t, audKey, partition), exp)
+			other := token.Sign(segKey, seg.id, digest, hmacAud(t, audKey, "tenant-other"), exp)
 			segURL := base + "/sync/segments/" + seg.id
 
 			r, err := get(cl, segURL+"?st="+good, nil)

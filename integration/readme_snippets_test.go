@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // A config in the docs that stops working fails this test. Every fenced
@@ -166,7 +166,7 @@ func TestReadmeSnippets(t *testing.T) {
 	srv := s3test.Start(t, s3test.WithRegion("auto"))
 	srv.CreateBucket(t, "syncular-segments")
 	dir := t.TempDir()
-	db, _ := seedOne(t, "p1", presign.ScopeDigest(map[string][]string{"user_id": {"docs"}}), []byte("SSG2 docs"))
+	db, _ := seedOne(t, "p1", token.ScopeDigest(map[string][]string{"user_id": {"docs"}}), []byte("SSG2 docs"))
 	logDir := filepath.Join(dir, "log")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestProductionJSONMatchesCaddyfile(t *testing.T) {
 // the segment (an `http://127.0.0.1:8080` address answered it with an
 // empty 200).
 func TestExampleAnswersAnyHost(t *testing.T) {
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"any-host"}})
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"any-host"}})
 	body := pseudoRandom(40_000, 3)
 	db, id := seedOne(t, "tenant-host", digest, body)
 	segKeyCfg, segKey := exampleKey(t)
@@ -297,7 +297,7 @@ func TestExampleAnswersAnyHost(t *testing.T) {
 		"SYNCULAR_DB=" + db, fmt.Sprintf("SYNCULAR_SITE_ADDRESS=:%d", port), "SYNCULAR_ADMIN=" + admin,
 		"SYNCULAR_UPSTREAM=" + up.addr, "SYNCULAR_ACCESS_LOG=" + filepath.Join(logDir, "access.log"),
 	}, addr)
-	tok := presign.Sign(segKey, id, digest, hmacAud(t, audKey, "tenant-host"), time.Now().Add(15*time.Minute).Unix())
+	tok := token.Sign(segKey, id, digest, hmacAud(t, audKey, "tenant-host"), time.Now().Add(15*time.Minute).Unix())
 	for _, host := range []string{"edge.example.com", "127.0.0.1", "localhost:8080"} {
 		req, err := http.NewRequest("GET", "http://"+addr+"/sync/segments/"+id+"?st="+tok, nil)
 		if err != nil {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 const reloadCount = 20
@@ -169,7 +169,7 @@ func TestReloads(t *testing.T) {
 		return strings.NewReplacer("GEN", fmt.Sprint(g), "KEY_CUR", keys[g], "KEY_PREV", prev, "STORE", st).Replace(reloadSite)
 	}
 	tokURL := func(base string, g int64, id string) string {
-		tok := presign.Sign(rawKey(g), id, hardDigest, hardAud, time.Now().Add(10*time.Minute).Unix())
+		tok := token.Sign(rawKey(g), id, hardDigest, hardAud, time.Now().Add(10*time.Minute).Unix())
 		return base + "/segments/" + id + "?st=" + tok
 	}
 

@@ -153,7 +153,7 @@ func TestS3RecordLayouts(t *testing.T) {
 			}
 		}
 	}
-	const legacySeries = `caddy_syncular_requests_total{delivery="stream_legacy",outcome="granted"}`
+	const legacySeries = `caddy_syncular_requests_total{delivery="stream_legacy",outcome="granted",server="srv0"}`
 	before := scrape(t, c)
 	streams := 0
 
@@ -244,7 +244,7 @@ func TestS3RecordLayouts(t *testing.T) {
 		if got := after[legacySeries] - before[legacySeries]; int(got) != streams {
 			t.Errorf("%s rose by %v, want %d\n%s", legacySeries, got, streams, dumpSyncular(after))
 		}
-		if after[`caddy_syncular_requests_total{delivery="redirect",outcome="granted"}`] == 0 {
+		if after[`caddy_syncular_requests_total{delivery="redirect",outcome="granted",server="srv0"}`] == 0 {
 			t.Errorf("no redirect counted\n%s", dumpSyncular(after))
 		}
 	})

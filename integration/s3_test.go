@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // s3Site serves the same bucket twice: /r/ redirects to presigned URLs,
@@ -101,7 +101,7 @@ func randomBytes(t *testing.T, n int) []byte {
 }
 
 func mint(seg, sd, partition string, exp time.Time) string {
-	return presign.Sign([]byte(s3Key), seg, sd, "aud:"+partition, exp.Unix())
+	return token.Sign([]byte(s3Key), seg, sd, "aud:"+partition, exp.Unix())
 }
 
 // TestS3 drives every grant outcome through the real binary against a
@@ -262,7 +262,7 @@ func TestS3(t *testing.T) {
 				t.Errorf("503 without Retry-After")
 			}
 			// Forged: refused before the store.
-			forged := presign.Sign([]byte("other-key"), singleID, dA, "aud:p1", exp.Unix())
+			forged := token.Sign([]byte("other-key"), singleID, dA, "aud:p1", exp.Unix())
 			checkError(t, do(t, "GET", c.Base+"/"+mode+"/segments/"+singleID+"?st="+forged, nil), 403, "sync.forbidden")
 		})
 	}

@@ -22,8 +22,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 type gen3Vectors struct {
@@ -235,8 +235,8 @@ func reissue(t *testing.T, tok string, v gen3Vectors, keys vectorStandIns, delta
 		old, _ := strconv.ParseInt(string(b[6:]), 10, 64)
 		return []byte(`"exp":` + strconv.FormatInt(setExp(old+deltaS), 10))
 	})
-	oldAud, _ := presign.HMACAudience([]byte(v.Audience.Key), "hex")
-	newAud, _ := presign.HMACAudience([]byte(keys.aud), "hex")
+	oldAud, _ := token.HMACAudience([]byte(v.Audience.Key), "hex")
+	newAud, _ := token.HMACAudience([]byte(keys.aud), "hex")
 	payload = audRe.ReplaceAllFunc(payload, func(b []byte) []byte {
 		for _, p := range vectorPartitions {
 			if string(b) == `"aud":"`+oldAud.Derive(p)+`"` {
@@ -313,8 +313,8 @@ func TestSQLiteGen3(t *testing.T) {
 
 	// The writer: publishes new segments into the live file (WAL) while
 	// the cases run; each is then downloaded with a fresh token.
-	aud, _ := presign.HMACAudience([]byte(keys.aud), "hex")
-	digest := presign.ScopeDigest(map[string][]string{"user_id": {"writer"}})
+	aud, _ := token.HMACAudience([]byte(keys.aud), "hex")
+	digest := token.ScopeDigest(map[string][]string{"user_id": {"writer"}})
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var published, fetched atomic.Int64
@@ -344,7 +344,7 @@ func TestSQLiteGen3(t *testing.T) {
 				return
 			}
 			published.Add(1)
-			tok := presign.Sign([]byte(keys.cur), id, digest, aud.Derive("p1"), time.Now().Unix()+600)
+			tok := token.Sign([]byte(keys.cur), id, digest, aud.Derive("p1"), time.Now().Unix()+600)
 			r, err := try("GET", c.Base+"/segments/"+id+"?st="+tok, nil)
 			if err != nil {
 				t.Errorf("writer fetch: %v", err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 const toolSite = `{
@@ -34,7 +34,7 @@ http://127.0.0.1:{{PORT}} {
 func TestTokenTool(t *testing.T) {
 	bin := caddyBinary(t)
 	body := []byte("SSG2 token tool segment")
-	sd := presign.ScopeDigest(map[string][]string{"project_id": {"tool"}})
+	sd := token.ScopeDigest(map[string][]string{"project_id": {"tool"}})
 	dbPath, id := seedOne(t, "tool-partition-1", sd, body)
 	keyNew, keyOld, audKey := "tool-key-new-a81f", "tool-key-old-3c07", "tool-aud-key-e6d2"
 	c := startCaddy(t, strings.Replace(toolSite, "STORE_PATH", dbPath, 1), "SEG_KEY="+keyNew, "SEG_KEY_OLD="+keyOld, "AUD_KEY="+audKey)
@@ -87,7 +87,7 @@ func TestTokenTool(t *testing.T) {
 		t.Fatalf("edge answered the minted URL %d %s", r.Status, r.Body)
 	}
 
-	audP1, _ := presign.HMACAudience([]byte(audKey), "hex")
+	audP1, _ := token.HMACAudience([]byte(audKey), "hex")
 	aud := audP1.Derive("tool-partition-1")
 	out, errOut, code = run("inspect", url, "--key", "env:T_NEW", "--key", "env:T_OLD", "--audience", aud, "--scope-digest", sd)
 	if code != 0 || !strings.Contains(out, "mac:       verified by key 2") || !strings.Contains(out, "verdict:   accept") || !strings.Contains(out, `"aud":"`+aud+`"`) {
@@ -165,7 +165,7 @@ func TestTokenTool(t *testing.T) {
 	}
 	// inspect diagnoses a token made with a weak key (it grants nothing),
 	// and says the edge would refuse that key.
-	weak := presign.Sign([]byte("a"), id, sd, "a", time.Now().Unix()+60)
+	weak := token.Sign([]byte("a"), id, sd, "a", time.Now().Unix()+60)
 	out, errOut, code = run("inspect", weak, "--key", "a", "--segment", id)
 	if code != 0 || !strings.Contains(out, "verified by key 1") || !strings.Contains(errOut, "the edge refuses such a key") {
 		t.Errorf("inspect with a weak key: exit %d\n%s%s", code, out, errOut)
@@ -175,7 +175,7 @@ func TestTokenTool(t *testing.T) {
 // mustExp reads the exp claim of a token.
 func mustExp(t *testing.T, tok string) int64 {
 	t.Helper()
-	r := presign.Inspect(tok, presign.InspectOptions{})
+	r := token.Inspect(tok, token.InspectOptions{})
 	if !r.HasExp {
 		t.Fatalf("token has no exp")
 	}

@@ -12,8 +12,6 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
-
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // Defaults and limits of S3PresignOptions.
@@ -62,14 +60,14 @@ type S3PresignOptions struct {
 // that signed it rotate (temporary credentials that expire earlier cut it
 // short; expiresAt says so).
 type S3Presigner struct {
-	pc      *s3.PresignClient
-	api     []func(*middleware.Stack) error // extra SDK middleware (tests)
-	bucket  string
-	prefix  string
-	ttl     int64 // seconds
-	window  int64 // seconds
-	perShrd int
-	shards  [s3Shards]s3Shard
+	pc        *s3.PresignClient
+	api       []func(*middleware.Stack) error // extra SDK middleware (tests)
+	bucket    string
+	objectKey func(string) string // segment id → object key (the store's layout)
+	ttl       int64               // seconds
+	window    int64               // seconds
+	perShrd   int
+	shards    [s3Shards]s3Shard
 }
 
 const s3Shards = 16
@@ -93,24 +91,17 @@ type s3Shard struct {
 }
 
 // NewS3Presigner builds a presigner on client (its region, endpoint,
-// path style and credentials) for objects in bucket under prefix.
-func NewS3Presigner(client *s3.Client, bucket, prefix string, opts S3PresignOptions) (*S3Presigner, error) {
-	return newS3Presigner(client, bucket, prefix, opts)
+// path style and credentials) for objects in bucket; objectKey maps a
+// segment id to its key (the store's layout, e.g. store.(*S3).ObjectKey),
+// so this package knows nothing of how a store lays out its bucket.
+func NewS3Presigner(client *s3.Client, bucket string, objectKey func(segmentID string) string, opts S3PresignOptions) (*S3Presigner, error) {
+	return newS3Presigner(client, bucket, objectKey, opts)
 }
 
-// NewS3PresignerForStore builds a presigner sharing st's client, bucket and
-// prefix.
-func NewS3PresignerForStore(st *store.S3, opts S3PresignOptions) (*S3Presigner, error) {
-	if st == nil {
-		return nil, errors.New("presign: s3: nil store")
-	}
-	return newS3Presigner(st.Client(), st.Bucket(), st.Prefix(), opts)
-}
-
-func newS3Presigner(client *s3.Client, bucket, prefix string, opts S3PresignOptions,
+func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) string, opts S3PresignOptions,
 	apiOptions ...func(*middleware.Stack) error) (*S3Presigner, error) {
-	if client == nil || bucket == "" {
-		return nil, errors.New("presign: s3: client and bucket are required")
+	if client == nil || bucket == "" || objectKey == nil {
+		return nil, errors.New("presign: s3: client, bucket and object key layout are required")
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
@@ -151,13 +142,13 @@ func newS3Presigner(client *s3.Client, bucket, prefix string, opts S3PresignOpti
 	})
 
 	p := &S3Presigner{
-		pc:      pc,
-		api:     apiOptions,
-		bucket:  bucket,
-		prefix:  prefix,
-		ttl:     int64(ttl / time.Second),
-		window:  int64(window / time.Second),
-		perShrd: (max + s3Shards - 1) / s3Shards,
+		pc:        pc,
+		api:       apiOptions,
+		bucket:    bucket,
+		objectKey: objectKey,
+		ttl:       int64(ttl / time.Second),
+		window:    int64(window / time.Second),
+		perShrd:   (max + s3Shards - 1) / s3Shards,
 	}
 	for i := range p.shards {
 		p.shards[i].m = make(map[s3Key]s3Entry)
@@ -318,7 +309,7 @@ func (p *S3Presigner) Len() int {
 func (p *S3Presigner) sign(ctx context.Context, segmentID string, start, expires int64) (string, int64, error) {
 	st := &s3SignState{at: time.Unix(start, 0).UTC()}
 	ctx = context.WithValue(ctx, s3SignStateKey{}, st)
-	key := store.S3ObjectKey(p.prefix, segmentID)
+	key := p.objectKey(segmentID)
 	optFns := []func(*s3.PresignOptions){s3.WithPresignExpires(time.Duration(expires) * time.Second)}
 	if len(p.api) > 0 {
 		optFns = append(optFns, s3.WithPresignClientFromClientOptions(func(o *s3.Options) {

@@ -67,7 +67,7 @@ func s3tStore(t testing.TB, cfg store.S3Config) *store.S3 {
 
 func s3tPresigner(t testing.TB, st *store.S3, opts S3PresignOptions, api ...func(*middleware.Stack) error) *S3Presigner {
 	t.Helper()
-	p, err := newS3Presigner(st.Client(), st.Bucket(), st.Prefix(), opts, api...)
+	p, err := newS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, opts, api...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,11 +282,11 @@ func TestS3PresignOptionsValidation(t *testing.T) {
 		{TTL: 60 * time.Second, Window: 1500 * time.Millisecond},
 		{TTL: 60 * time.Second, Window: -time.Second},
 	} {
-		if _, err := NewS3Presigner(st.Client(), st.Bucket(), st.Prefix(), o); err == nil {
+		if _, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, o); err == nil {
 			t.Errorf("accepted %+v", o)
 		}
 	}
-	p, err := NewS3PresignerForStore(st, S3PresignOptions{TTL: 2 * time.Second})
+	p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestS3PresignCredentialExpiry(t *testing.T) {
 				CanExpire: true, Expires: credEnd}, nil
 		}),
 	})
-	p, err := NewS3Presigner(client, "segments", "", S3PresignOptions{TTL: 60 * time.Second})
+	p, err := NewS3Presigner(client, "segments", func(id string) string { return store.S3ObjectKey("", id) }, S3PresignOptions{TTL: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,7 +588,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	}
 
 	t.Run("fetch", func(t *testing.T) {
-		p, err := NewS3PresignerForStore(st, S3PresignOptions{})
+		p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -611,7 +611,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	})
 
 	t.Run("expired URL is refused", func(t *testing.T) {
-		p, err := NewS3PresignerForStore(st, S3PresignOptions{TTL: time.Second})
+		p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{TTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -637,7 +637,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	})
 
 	t.Run("grant bound", func(t *testing.T) {
-		p, err := NewS3PresignerForStore(st, S3PresignOptions{TTL: 60 * time.Second, Window: time.Second})
+		p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{TTL: 60 * time.Second, Window: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,65 +2,32 @@ package store
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // Defaults of S3Config.
 const (
-	// DefaultS3Timeout bounds one store call (all its attempts) when
-	// S3Config.Timeout is zero.
-	DefaultS3Timeout = 10 * time.Second
 	// s3MaxAttempts is the SDK retry budget per call: one try and one retry.
 	// Both run inside the call's timeout, so a fault surfaces within it.
 	s3MaxAttempts = 2
 	// s3MaxBackoff caps the wait before the retry.
 	s3MaxBackoff = 250 * time.Millisecond
 )
-
-// ErrRangeNotSatisfiable is the sentinel of a 416 answer from the object
-// store. Errors carrying it are *RangeNotSatisfiableError.
-var ErrRangeNotSatisfiable = errors.New("range not satisfiable")
-
-// RangeNotSatisfiableError is the object store's 416: the requested range
-// does not overlap the object. Size is the object's length when the store
-// said so (Content-Range: bytes */N), else -1 (versitygw and AWS do not
-// send it on 416; use the record's ByteLength).
-type RangeNotSatisfiableError struct {
-	Size int64
-}
-
-func (e *RangeNotSatisfiableError) Error() string {
-	if e.Size >= 0 {
-		return "store: s3 range not satisfiable (object size " + strconv.FormatInt(e.Size, 10) + ")"
-	}
-	return "store: s3 range not satisfiable"
-}
-
-// Is makes errors.Is(err, ErrRangeNotSatisfiable) true.
-func (e *RangeNotSatisfiableError) Is(target error) bool { return target == ErrRangeNotSatisfiable }
 
 // S3Config configures an S3-compatible segment store (PROTOCOL.md §5.2):
 // AWS S3, Cloudflare R2, MinIO, versitygw.
@@ -81,14 +48,16 @@ type S3Config struct {
 	// and instance roles, refreshed through the SDK's credentials cache.
 	AccessKeyID     string
 	SecretAccessKey string
-	SessionToken    string
+	// SessionToken accompanies temporary static credentials (STS); it
+	// needs AccessKeyID and SecretAccessKey.
+	SessionToken string
 	// PathStyle addresses objects as {endpoint}/{bucket}/{key} (the
 	// reference layout). The zero value is virtual-hosted style; callers
 	// default it to true.
 	PathStyle bool
 	// Timeout bounds each Lookup, and each Open until the response headers
 	// arrive (the body then streams under the caller's context only).
-	// Default DefaultS3Timeout.
+	// Default: DefaultTimeout (the one store-wide default).
 	Timeout time.Duration
 	// HTTPClient overrides the HTTP client. Default: a client of its own
 	// with dial and response-header timeouts of Timeout, no redirects.
@@ -126,7 +95,7 @@ func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
 	}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
-		timeout = DefaultS3Timeout
+		timeout = DefaultTimeout
 	}
 
 	s := &S3{bucket: cfg.Bucket, prefix: cfg.Prefix, timeout: timeout}
@@ -342,272 +311,12 @@ func (s *S3) Check(ctx context.Context) error {
 	return nil
 }
 
-// S3Object is a GET of a segment object, for a handler that forwards a
-// client's Range header and answers 200/206 itself.
-type S3Object struct {
-	// Body streams the bytes; the caller closes it. It lives under the
-	// context given to OpenRange (not under the store's timeout).
-	Body io.ReadCloser
-	// StatusCode is 200 (whole object) or 206 (a range).
-	StatusCode int
-	// ContentLength is the number of bytes in Body.
-	ContentLength int64
-	// ContentRange is the store's Content-Range ("bytes a-b/size") for a
-	// 206, else "".
-	ContentRange string
-	// Size is the whole object's length: from ContentRange on a 206, from
-	// ContentLength on a 200, -1 when unknown.
-	Size int64
-}
-
-// Open returns the bytes of segmentID from off, n bytes long (n < 0: to the
-// end), streamed from one GetObject. n == 0 returns an empty body without a
-// request. A range past the end is ErrRangeNotSatisfiable.
-func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	if !ValidSegmentID(segmentID) {
-		return nil, ErrNotFound
-	}
-	if off < 0 {
-		return nil, errors.New("store: s3 open: negative offset")
-	}
-	if n == 0 {
-		return io.NopCloser(strings.NewReader("")), nil
-	}
-	var rng string
-	switch {
-	case n > 0:
-		rng = "bytes=" + strconv.FormatInt(off, 10) + "-" + strconv.FormatInt(off+n-1, 10)
-	case off > 0:
-		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
-	}
-	obj, err := s.OpenRange(ctx, segmentID, rng)
-	if err != nil {
-		return nil, err
-	}
-	return obj.Body, nil
-}
-
-// OpenRange GETs the object of segmentID, passing rangeHeader (a client's
-// Range header, "" for none) through verbatim. The store's timeout bounds
-// the wait for the response headers; the body then streams under ctx. A 416
-// is a *RangeNotSatisfiableError (errors.Is ErrRangeNotSatisfiable); a
-// missing object is ErrNotFound; everything else failing is a fault.
-func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3Object, error) {
-	if !ValidSegmentID(segmentID) {
-		return nil, ErrNotFound
-	}
-	key := s.ObjectKey(segmentID)
-	in := &s3.GetObjectInput{Bucket: &s.bucket, Key: &key}
-	if rangeHeader != "" {
-		in.Range = aws.String(rangeHeader)
-	}
-
-	// The timeout must not cut the body stream: cancel on a timer that is
-	// stopped once the headers are in, and tie the rest to Body.Close.
-	ctx, cancel := context.WithCancelCause(ctx)
-	timer := time.AfterFunc(s.timeout, func() { cancel(context.DeadlineExceeded) })
-	out, err := s.client.GetObject(ctx, in)
-	stopped := timer.Stop()
-	if err != nil {
-		cancel(nil)
-		if !stopped && errors.Is(err, context.Canceled) {
-			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
-		}
-		return nil, s3MapError("GetObject", key, err)
-	}
-	if !stopped {
-		// The timer fired after the headers arrived: the body's context is
-		// already canceled.
-		out.Body.Close()
-		cancel(nil)
-		return nil, s3MapError("GetObject", key, context.DeadlineExceeded)
-	}
-	obj := &S3Object{
-		Body:          &s3Body{ReadCloser: out.Body, cancel: func() { cancel(nil) }},
-		StatusCode:    http.StatusOK,
-		ContentLength: aws.ToInt64(out.ContentLength),
-		ContentRange:  aws.ToString(out.ContentRange),
-		Size:          -1,
-	}
-	if raw, ok := awsmiddleware.GetRawResponse(out.ResultMetadata).(*smithyhttp.Response); ok && raw != nil {
-		obj.StatusCode = raw.StatusCode
-	} else if obj.ContentRange != "" {
-		obj.StatusCode = http.StatusPartialContent
-	}
-	if obj.StatusCode == http.StatusPartialContent {
-		obj.Size = contentRangeSize(obj.ContentRange)
-	} else if out.ContentLength != nil {
-		obj.Size = *out.ContentLength
-	}
-	return obj, nil
-}
-
-// s3Body cancels the GET's context when the body is closed.
-type s3Body struct {
-	io.ReadCloser
-	once   sync.Once
-	cancel func()
-}
-
-func (b *s3Body) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(b.cancel)
-	return err
-}
-
 // Close releases idle connections of the store's own HTTP client.
 func (s *S3) Close() error {
 	if s.owned != nil {
 		s.owned.CloseIdleConnections()
 	}
 	return nil
-}
-
-// contentRangeSize parses the size of "bytes a-b/size" or "bytes */size";
-// -1 when absent or "*".
-func contentRangeSize(cr string) int64 {
-	i := strings.LastIndexByte(cr, '/')
-	if i < 0 {
-		return -1
-	}
-	n, err := strconv.ParseInt(strings.TrimSpace(cr[i+1:]), 10, 64)
-	if err != nil || n < 0 {
-		return -1
-	}
-	return n
-}
-
-// S3Error is a store fault from the object store. Its message is built
-// from classified parts only (operation, key, HTTP status, the service's
-// error code, a transport class) and never carries credentials, signatures
-// or URLs with query strings. Unwrap gives the SDK error for errors.Is
-// (e.g. context.DeadlineExceeded).
-type S3Error struct {
-	Op         string // SDK operation, e.g. "HeadObject"
-	Key        string // object key
-	StatusCode int    // HTTP status, 0 when no response arrived
-	Code       string // the service's error code, e.g. "AccessDenied"
-	Reason     string // transport class when no response arrived
-	err        error
-}
-
-func (e *S3Error) Error() string {
-	var b strings.Builder
-	b.WriteString("store: s3 ")
-	b.WriteString(e.Op)
-	b.WriteString(" ")
-	b.WriteString(e.Key)
-	b.WriteString(": ")
-	if e.StatusCode != 0 {
-		b.WriteString("HTTP ")
-		b.WriteString(strconv.Itoa(e.StatusCode))
-		if e.Code != "" {
-			b.WriteString(" ")
-			b.WriteString(e.Code)
-		}
-	} else {
-		b.WriteString(e.Reason)
-	}
-	return b.String()
-}
-
-func (e *S3Error) Unwrap() error { return e.err }
-
-// Timeout reports whether the call ran out of time.
-func (e *S3Error) Timeout() bool { return errors.Is(e.err, context.DeadlineExceeded) }
-
-// s3MapError turns an SDK error into ErrNotFound, a
-// *RangeNotSatisfiableError or an *S3Error.
-func s3MapError(op, key string, err error) error {
-	var (
-		nf  *types.NotFound
-		nsk *types.NoSuchKey
-	)
-	if errors.As(err, &nf) || errors.As(err, &nsk) {
-		return ErrNotFound
-	}
-	e, hdr := s3Classify(op, key, err)
-	switch {
-	case e.StatusCode == http.StatusRequestedRangeNotSatisfiable:
-		return &RangeNotSatisfiableError{Size: contentRangeSize(hdr.Get("Content-Range"))}
-	case e.StatusCode == http.StatusNotFound && (e.Code == "" || e.Code == "NotFound" || e.Code == "NoSuchKey"):
-		// A HEAD 404 has no body: a missing bucket looks the same as a
-		// missing key there (Check tells them apart). A GET says
-		// NoSuchBucket, which stays a fault.
-		return ErrNotFound
-	}
-	return e
-}
-
-// s3Classify describes err as an *S3Error (and returns the response
-// headers, if a response arrived).
-func s3Classify(op, key string, err error) (*S3Error, http.Header) {
-	e := &S3Error{Op: op, Key: key, err: err}
-	var hdr http.Header
-	var re *smithyhttp.ResponseError
-	if errors.As(err, &re) && re.Response != nil {
-		e.StatusCode = re.Response.StatusCode
-		hdr = re.Response.Header
-	}
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		e.Code = safeErrorCode(ae.ErrorCode())
-	}
-	if e.StatusCode == 0 {
-		e.Reason = transportReason(err)
-	}
-	return e, hdr
-}
-
-// safeErrorCode keeps an error code only if it looks like one (letters,
-// digits, '.', '_', '-'; bounded), so nothing else a server echoes is logged.
-func safeErrorCode(c string) string {
-	if len(c) > 64 {
-		return ""
-	}
-	for i := 0; i < len(c); i++ {
-		b := c[i]
-		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
-			return ""
-		}
-	}
-	return c
-}
-
-func transportReason(err error) string {
-	var (
-		dnsErr  *net.DNSError
-		certErr *tls.CertificateVerificationError
-		uaErr   x509.UnknownAuthorityError
-		hostErr x509.HostnameError
-		netErr  net.Error
-		maxErr  *retry.MaxAttemptsError
-	)
-	reason := "request failed"
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		reason = "timed out"
-	case errors.Is(err, context.Canceled):
-		reason = "canceled"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		reason = "connection refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		reason = "connection reset"
-	case errors.As(err, &dnsErr):
-		reason = "dns lookup failed"
-	case errors.As(err, &certErr), errors.As(err, &uaErr), errors.As(err, &hostErr):
-		reason = "tls certificate rejected"
-	case errors.As(err, &netErr) && netErr.Timeout():
-		reason = "timed out"
-	case strings.Contains(err.Error(), "credential"):
-		// Credential resolution failed (default chain empty, STS refused).
-		// The SDK's texts name providers, not secrets; keep ours generic.
-		reason = "no usable credentials"
-	}
-	if errors.As(err, &maxErr) {
-		reason += " (after " + strconv.Itoa(maxErr.Attempt) + " attempts)"
-	}
-	return reason
 }
 
 // Interface guard.

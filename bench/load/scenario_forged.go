@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 type forgedResult struct {
@@ -67,12 +67,12 @@ func forgedScenario(e *env, rep *report) error {
 		var tok string
 		switch i % 8 / 2 {
 		case 0: // wrong key, real segment
-			tok = presign.Sign(wrongKey, id, scopeDigest, "aud:"+partition, exp.Unix())
+			tok = token.Sign(wrongKey, id, scopeDigest, "aud:"+partition, exp.Unix())
 		case 1: // wrong key, random segment id
 			r := make([]byte, 32)
 			_, _ = rand.Read(r)
 			id = "sha256:" + hex.EncodeToString(r)
-			tok = presign.Sign(wrongKey, id, scopeDigest, "aud:"+partition, exp.Unix())
+			tok = token.Sign(wrongKey, id, scopeDigest, "aud:"+partition, exp.Unix())
 		case 2: // garbage
 			g := make([]byte, 60)
 			_, _ = rand.Read(g)

@@ -20,8 +20,8 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 const (
@@ -69,7 +69,7 @@ func newEnv(dir string) (*env, error) {
 	if e.audKey, e.audKeyText, err = newKey(); err != nil {
 		return nil, err
 	}
-	aud, err := presign.HMACAudience(e.audKey, "hex")
+	aud, err := token.HMACAudience(e.audKey, "hex")
 	if err != nil {
 		return nil, err
 	}
@@ -199,13 +199,13 @@ func segmentID(b []byte) string {
 // token is a token for segment id with the template audience of
 // partition, valid until exp.
 func (e *env) token(id string, exp time.Time) string {
-	return presign.Sign(e.key, id, scopeDigest, "aud:"+partition, exp.Unix())
+	return token.Sign(e.key, id, scopeDigest, "aud:"+partition, exp.Unix())
 }
 
 // hmacToken is a token for segment id with the keyed audience
 // (audience hmac_sha256), as the sync server mints it in production.
 func (e *env) hmacToken(id string, exp time.Time) string {
-	return presign.Sign(e.key, id, scopeDigest, e.audHMAC, exp.Unix())
+	return token.Sign(e.key, id, scopeDigest, e.audHMAC, exp.Unix())
 }
 
 // segURL is the signed URL of id on the site at port.

@@ -42,8 +42,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 func main() {
@@ -192,14 +192,14 @@ func run(o options) error {
 		return fmt.Errorf("caddy did not start (see %s): %w", logPath, err)
 	}
 
-	aud, _ := presign.HMACAudience([]byte(audKey), "hex")
+	aud, _ := token.HMACAudience([]byte(audKey), "hex")
 	exp := time.Now().Add(15 * time.Minute).Unix()
 	good := segs[0]
-	goodPath := fmt.Sprintf("/sync/segments/%s?st=%s", good.id, presign.Sign([]byte(segKey), good.id, good.digest, aud.Derive(good.partition), exp))
+	goodPath := fmt.Sprintf("/sync/segments/%s?st=%s", good.id, token.Sign([]byte(segKey), good.id, good.digest, aud.Derive(good.partition), exp))
 	goodURL := base + goodPath
 	// Refused: a valid token of the other tenant for this segment.
 	other := segs[2]
-	badURL := fmt.Sprintf("%s/sync/segments/%s?st=%s", base, good.id, presign.Sign([]byte(segKey), good.id, good.digest, aud.Derive(other.partition), exp))
+	badURL := fmt.Sprintf("%s/sync/segments/%s?st=%s", base, good.id, token.Sign([]byte(segKey), good.id, good.digest, aud.Derive(other.partition), exp))
 	proxyURL := fmt.Sprintf("http://127.0.0.1:%d%s", proxyPort, goodPath)
 
 	if err := expect(goodURL, 200, good.id); err != nil {
@@ -412,7 +412,7 @@ func seedStore(dbPath, dir string) ([]demoSegment, error) {
 	}
 	var segs []demoSegment
 	for _, in := range demoInputs(image) {
-		digest := presign.ScopeDigest(in.scopes)
+		digest := token.ScopeDigest(in.scopes)
 		id, err := w.Put(seed.SegmentInput{Bytes: in.body, Publication: store.Publication{
 			Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1, MediaType: in.media,
 			ScopeDigest: digest, AsOfCommitSeq: 42, RowCount: 3, CreatedAtMs: now, ExpiresAtMs: now + 24*3600*1000,

@@ -16,8 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // The bucket the demo writes and examples/demo-s3.Caddyfile reads.
@@ -27,12 +27,13 @@ const (
 	demoRegion = "auto" // as R2; the examples default to it
 )
 
-// writeLegacyHeader also puts the record on the bytes object as the
+// writeLegacyHeader would also put the record on the bytes object as the
 // x-amz-meta-syncular-record header (base64url of the same JSON), the
-// layout of older writers. Edges that read only that header need it; an
-// edge that reads record objects ignores it when the record object
-// exists (PROTOCOL.md §5.2), so both agree.
-const writeLegacyHeader = true
+// layout of older writers. It stays off: this edge reads record objects,
+// and by default it streams (does not redirect) a bytes object that
+// carries the legacy header (PROTOCOL.md §5.2), so with it the redirect
+// site would answer 200 instead of 302.
+const writeLegacyHeader = false
 
 // gateway is a versitygw started by the demo on 127.0.0.1.
 type gateway struct {
@@ -119,9 +120,8 @@ type s3Record struct {
 }
 
 // seedS3 writes the demo's segments the way current reference writers
-// do: the bytes at {prefix}seg/sha256/{hex} without metadata (but see
-// writeLegacyHeader), the record as a plain JSON object at
-// {prefix}rec/sha256/{hex}.json.
+// do: the bytes at {prefix}seg/sha256/{hex} without metadata, the record
+// as a plain JSON object at {prefix}rec/sha256/{hex}.json.
 func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) {
 	image, err := sqliteImage(filepath.Join(dir, "image.tmp.db"))
 	if err != nil {
@@ -132,7 +132,7 @@ func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) 
 	var segs []demoSegment
 	for _, in := range demoInputs(image) {
 		id := segmentID(in.body)
-		digest := presign.ScopeDigest(in.scopes)
+		digest := token.ScopeDigest(in.scopes)
 		rec, err := json.Marshal(s3Record{
 			SegmentID: id, Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1,
 			MediaType: in.media, ScopeDigest: digest, AsOfCommitSeq: 42, RowCount: 3,

@@ -1,4 +1,4 @@
-package presign
+package token
 
 import (
 	"crypto/hmac"

@@ -1,4 +1,4 @@
-// Package presign signs and verifies Syncular native segment tokens (the
+// Package token signs and verifies Syncular native segment tokens (the
 // `st` query parameter of a signed segment URL, PROTOCOL.md §3), derives
 // partition audiences and computes scope digests.
 //
@@ -11,7 +11,7 @@
 //
 // The package knows nothing about Caddy or HTTP; every rejection is an
 // *Error, which the caller maps to 403 sync.forbidden.
-package presign
+package token
 
 import (
 	"crypto/hmac"
@@ -289,7 +289,7 @@ func decodeBase64Loose(s string) ([]byte, error) {
 	return b, nil
 }
 
-var errBase64 = errors.New("presign: invalid base64")
+var errBase64 = errors.New("token: invalid base64")
 
 // Sign returns the token the reference signSegmentToken produces for the
 // claims {v:1, seg, sd, aud, exp}: base64url (unpadded) of the
@@ -361,7 +361,7 @@ func ParseKey(s string) ([]byte, error) {
 	case strings.HasPrefix(s, "hex:"):
 		k, err := hex.DecodeString(s[len("hex:"):])
 		if err != nil {
-			return nil, errors.New(`presign: key with "hex:" prefix is not valid hex`)
+			return nil, errors.New(`token: key with "hex:" prefix is not valid hex`)
 		}
 		key = k
 	case strings.HasPrefix(s, "base64:"):
@@ -372,14 +372,14 @@ func ParseKey(s string) ([]byte, error) {
 		}
 		k, err := enc.Strict().DecodeString(b64)
 		if err != nil {
-			return nil, errors.New(`presign: key with "base64:" prefix is not valid base64`)
+			return nil, errors.New(`token: key with "base64:" prefix is not valid base64`)
 		}
 		key = k
 	default:
 		key = []byte(s)
 	}
 	if len(key) == 0 {
-		return nil, errors.New("presign: key is empty")
+		return nil, errors.New("token: key is empty")
 	}
 	return key, nil
 }

@@ -1,6 +1,6 @@
 //go:build race
 
-package presign
+package token
 
 // raceEnabled: the race detector makes sync.Pool drop items at random, so
 // allocation counts that rely on a pool are not checked.

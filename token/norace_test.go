@@ -1,5 +1,5 @@
 //go:build !race
 
-package presign
+package token
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package presign
+package token
 
 // b64Value maps a byte to its 6-bit value in the union of the standard
 // and URL alphabets ('+' and '-' are 62, '/' and '_' are 63), and every

@@ -1,4 +1,4 @@
-package presign
+package token
 
 import (
 	"crypto/hmac"
@@ -44,7 +44,7 @@ func (t templateAudience) Derive(partition string) string {
 // belongs to the returned value: a configuration reload builds a new one.
 func HMACAudience(key []byte, encoding string) (Audience, error) {
 	if len(key) == 0 {
-		return nil, errors.New("presign: audience key is empty")
+		return nil, errors.New("token: audience key is empty")
 	}
 	a := &hmacAudience{key: append([]byte(nil), key...), seed: maphash.MakeSeed()}
 	switch encoding {
@@ -53,7 +53,7 @@ func HMACAudience(key []byte, encoding string) (Audience, error) {
 	case "base64url":
 		a.encode = base64.RawURLEncoding.AppendEncode
 	default:
-		return nil, fmt.Errorf("presign: unknown audience encoding %q (want hex or base64url)", encoding)
+		return nil, fmt.Errorf("token: unknown audience encoding %q (want hex or base64url)", encoding)
 	}
 	a.macs.New = func() any { return hmac.New(sha256.New, a.key) }
 	for i := range a.shards {

@@ -1,4 +1,4 @@
-package presign
+package token
 
 import (
 	"encoding/base64"
@@ -226,7 +226,7 @@ func reasonOf(tb testing.TB, err error) string {
 	}
 	var e *Error
 	if !errors.As(err, &e) {
-		tb.Fatalf("error %v (%T) is not a *presign.Error", err, err)
+		tb.Fatalf("error %v (%T) is not a *token.Error", err, err)
 	}
 	if err.Error() != "segment token rejected: "+e.Reason {
 		tb.Fatalf("message %q does not carry reason %q", err.Error(), e.Reason)

@@ -1,0 +1,100 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// decision is the one record of what a request's handling found out. Each
+// step writes it (the setters also publish the {http.syncular.*}
+// placeholders, before the response is written, so a header directive
+// sees them too); finish reads only this struct.
+type decision struct {
+	repl     *caddy.Replacer // the request's replacer; nil without one
+	outcome  string          // granted, not_modified, next or an error code
+	reason   string          // the refusal message
+	segID    string
+	slot     int    // key slot that verified the MAC, -1 none
+	aud      string // the token's audience (logged only as aud_hash)
+	delivery string // how the bytes went: serve, redirect, proxy, stream_legacy
+	legacy   bool   // a redirect handler streamed it (legacy record header)
+	lookup   time.Duration
+	open     time.Duration
+	presign  time.Duration
+}
+
+func (d *decision) setOutcome(outcome string) {
+	d.outcome = outcome
+	d.publish("outcome", outcome)
+}
+
+func (d *decision) setSegment(id string) {
+	d.segID = id
+	d.publish("segment_id", id)
+}
+
+func (d *decision) setSlot(slot int) {
+	d.slot = slot
+	d.publish("key_slot", slotLabel(slot))
+}
+
+func (d *decision) setDelivery(delivery string) {
+	d.delivery = delivery
+	d.publish("delivery", delivery)
+}
+
+// refuse writes a protocol error and records it as the outcome (the debug
+// line is written by finish).
+func (d *decision) refuse(w http.ResponseWriter, e protoError, msg string) {
+	d.setOutcome(e.code)
+	d.reason = msg
+	d.publish("reason", msg)
+	e.write(w, msg)
+}
+
+// storeFault answers a store that failed or timed out.
+func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, d *decision, op string, err error) {
+	e, msg := errStoreDown, "segment store unavailable"
+	if errors.Is(err, context.DeadlineExceeded) {
+		e, msg = errStoreTimeout, "segment store timed out"
+	}
+	if r.Context().Err() != nil {
+		// The client left; nobody reads the answer.
+		msg = "request canceled"
+	}
+	h.logger.Warn("segment store fault", zap.String("segment_id", d.segID), zap.String("op", op), zap.Error(err))
+	d.refuse(w, e, msg)
+}
+
+// finish counts the request and writes one debug line per decision:
+// segment_id, outcome, reason, key_slot, delivery, store_ms and aud_hash
+// (never the token, a key, an audience or a partition id). The line's
+// delivery is the metrics label: the handler's mode, or stream_legacy.
+func (h *Handler) finish(d *decision) {
+	h.metrics.via(d.legacy).request(d.outcome)
+	c := h.logger.Check(zapcore.DebugLevel, "segment decision")
+	if c == nil {
+		return
+	}
+	delivery := ""
+	if d.outcome == outcomeGranted || d.outcome == outcomeNotModified {
+		delivery = h.Delivery
+		if d.legacy {
+			delivery = deliveryStreamLegacy
+		}
+	}
+	aud := ""
+	if d.aud != "" {
+		aud = audHash(d.aud)
+	}
+	storeMs := float64(d.lookup+d.open+d.presign) / float64(time.Millisecond)
+	c.Write(zap.String("segment_id", d.segID), zap.String("outcome", d.outcome), zap.String("reason", d.reason),
+		zap.String("key_slot", slotLabel(d.slot)), zap.String("delivery", delivery),
+		zap.Float64("store_ms", storeMs), zap.String("aud_hash", aud))
+}

@@ -1,0 +1,89 @@
+package caddymodule
+
+import (
+	"errors"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/token"
+)
+
+// Every default of the handler's configuration, in one place. The field
+// docs and the Caddyfile syntax state the same values; setDefaults applies
+// them. The cache's defaults are the store package's (store.DefaultMaxBytes,
+// store.DefaultMaxEntry, store.DefaultRecordTTL, store.DefaultMaxRecords),
+// applied by CacheConfig.options. The compress default is the compress
+// package's (compress.DefaultPrefs: zstd, then gzip), applied by
+// compressPrefs.
+const (
+	defaultSkew           = token.DefaultSkew           // skew: 60s, the reference's
+	defaultPresignTTL     = presign.DefaultS3PresignTTL // presign_ttl: 60s
+	defaultStoreTimeout   = store.DefaultTimeout        // store_timeout
+	defaultMaxTokenLength = token.DefaultMaxTokenLen    // max_token_length: 4096 bytes
+	defaultUntokened      = untokenedNext               // untokened
+	defaultLegacyHeaders  = legacyHeadersStream         // legacy_headers
+	defaultPathStyle      = true                        // store s3 path_style
+	defaultVerifyStore    = true                        // verify_store_on_start
+)
+
+// Values of Handler.Untokened.
+const (
+	untokenedNext   = "next"
+	untokenedReject = "reject"
+)
+
+// Values of Handler.LegacyHeaders.
+const (
+	legacyHeadersStream   = "stream"
+	legacyHeadersRedirect = "redirect"
+)
+
+// defaultDelivery is the delivery of a handler that names none: the edge
+// serves a SQLite store's bytes itself and redirects to an S3 store.
+func defaultDelivery(backend string) string {
+	if backend == backendS3 {
+		return DeliveryRedirect
+	}
+	return DeliveryServe
+}
+
+// setDefaults fills every unset option with its default. It does no I/O.
+func (h *Handler) setDefaults() error {
+	if h.logger == nil {
+		h.logger = zap.NewNop()
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	h.skew = defaultSkew
+	if h.Skew != nil {
+		h.skew = time.Duration(*h.Skew)
+	}
+	if h.PresignTTL == 0 {
+		h.PresignTTL = caddy.Duration(defaultPresignTTL)
+	}
+	if h.StoreTimeout == 0 {
+		h.StoreTimeout = caddy.Duration(defaultStoreTimeout)
+	}
+	if h.MaxTokenLength == 0 {
+		h.MaxTokenLength = defaultMaxTokenLength
+	}
+	if h.Untokened == "" {
+		h.Untokened = defaultUntokened
+	}
+	if h.Delivery == "" {
+		backend := ""
+		if h.Store != nil {
+			backend = h.Store.Backend
+		}
+		h.Delivery = defaultDelivery(backend)
+	}
+	if h.skew < 0 || h.PresignTTL < 0 || h.StoreTimeout < 0 || h.MaxTokenLength < 0 {
+		return errors.New("syncular_segments: skew, presign_ttl, store_timeout and max_token_length must not be negative")
+	}
+	return nil
+}

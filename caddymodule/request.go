@@ -1,0 +1,76 @@
+package caddymodule
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// stParams returns the values of every st parameter in a raw query, and
+// whether any was present. A value that cannot be unescaped is returned
+// as an empty token, which verification refuses.
+func stParams(rawQuery string) (tokens []string, present bool) {
+	for rawQuery != "" {
+		var pair string
+		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k != "st" {
+			if !strings.Contains(k, "%") {
+				continue
+			}
+			uk, err := url.QueryUnescape(k)
+			if err != nil || uk != "st" {
+				continue
+			}
+		}
+		tok := v // a token is base64url: nothing to unescape, usually
+		if strings.IndexByte(v, '%') >= 0 || strings.IndexByte(v, '+') >= 0 {
+			var err error
+			if tok, err = url.QueryUnescape(v); err != nil {
+				tok = ""
+			}
+		}
+		tokens = append(tokens, tok)
+	}
+	return tokens, len(tokens) > 0
+}
+
+// hashHidesToken reports a raw '#' in the request target together with an
+// st parameter before or after it. Go's server keeps such a '#' in the
+// path or query, while URL parsers (log filters among them) end the URL
+// there: the token would be read here but missed by the filter that keeps
+// it out of the access log. Both the target as received and as parsed
+// are checked, so a rewrite cannot hide the '#'.
+func hashHidesToken(r *http.Request) bool {
+	if strings.IndexByte(r.RequestURI, '#') < 0 && strings.IndexByte(r.URL.RawQuery, '#') < 0 &&
+		strings.IndexByte(r.URL.RawPath, '#') < 0 {
+		return false // the common case, without building strings
+	}
+	for _, target := range [2]string{r.RequestURI, r.URL.RawPath + "?" + r.URL.RawQuery} {
+		i := strings.IndexAny(target, "?#")
+		if i < 0 || strings.IndexByte(target[i:], '#') < 0 {
+			continue
+		}
+		if _, present := stParams(strings.NewReplacer("#", "&", "?", "&").Replace(target[i+1:])); present {
+			return true
+		}
+	}
+	return false
+}
+
+// segmentFromPath returns the last element of the request path,
+// percent-decoded, when it is a well-formed segment id.
+func segmentFromPath(u *url.URL) (string, bool) {
+	p := u.EscapedPath()
+	last := p[strings.LastIndexByte(p, '/')+1:]
+	if len(last) > 3*71 {
+		return "", false
+	}
+	id, err := url.PathUnescape(last)
+	if err != nil || !store.ValidSegmentID(id) {
+		return "", false
+	}
+	return id, true
+}

@@ -1,0 +1,85 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// Store backends (StoreConfig.Backend).
+const (
+	backendSQLite = "sqlite"
+	backendS3     = "s3"
+)
+
+// StoreConfig selects and configures the segment store the edge reads (it
+// never writes it).
+type StoreConfig struct {
+	// The store: "sqlite" (the sync server's database file, on this host)
+	// or "s3" (an S3-compatible bucket the sync server writes). Required.
+	Backend string `json:"backend,omitempty"`
+
+	// For "sqlite": path of the sync server's database file. It is opened
+	// read-only, and one handle per file is shared across config reloads.
+	// Required with "sqlite".
+	Path string `json:"path,omitempty"`
+
+	// For "s3": the bucket. Required with "s3".
+	S3 *S3Config `json:"s3,omitempty"`
+}
+
+// check checks the store's configuration without opening it.
+func (c *StoreConfig) check() error {
+	if c == nil {
+		return errors.New("syncular_segments: a store is required (store sqlite <path> or store s3 {...})")
+	}
+	switch c.Backend {
+	case backendSQLite:
+		if c.Path == "" {
+			return errors.New("syncular_segments: store sqlite needs a database path")
+		}
+	case backendS3:
+		if c.S3 == nil || c.S3.Bucket == "" {
+			return errors.New("syncular_segments: store s3 needs a bucket")
+		}
+	case "":
+		return errors.New("syncular_segments: store backend is required (sqlite or s3)")
+	default:
+		return fmt.Errorf("syncular_segments: unknown store backend %q (want sqlite or s3)", c.Backend)
+	}
+	return nil
+}
+
+// provisionStore opens the configured store, puts the cache in front of
+// it and resolves what the request path asks of it. The configuration
+// has been checked (checkConfig, StoreConfig.check) before.
+func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error {
+	var err error
+	switch h.Store.Backend {
+	case backendSQLite:
+		err = h.provisionSQLite()
+	case backendS3:
+		err = h.provisionS3(ctx, repl)
+	}
+	if err != nil {
+		return err
+	}
+	h.setStore(store.NewCached(h.store, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
+	return nil
+}
+
+// setStore makes st the handler's store and resolves, once, what the
+// request path asks of it: whether it re-reads a record before a refusal
+// (store.Revalidator), and whether it bounds its own lookups (the cache: a hit
+// never waits, a miss waits on a shared read bounded by store_timeout),
+// so that the request path needs no timer around them.
+func (h *Handler) setStore(st store.Store) {
+	h.store = st
+	h.reval, _ = st.(store.Revalidator)
+	b, ok := st.(store.Bounded)
+	h.lookupBounded = ok && b.SharedTimeout() <= time.Duration(h.StoreTimeout)
+}
