@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,64 +10,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
 )
 
-// vectorsDir locates ../shared/vectors (or $SYNCULAR_VECTORS). Missing
-// vectors fail the test: they are the contract.
-func vectorsDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("SYNCULAR_VECTORS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "vectors")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "segments-gen3.json")); err != nil {
-		t.Fatalf("protocol vectors not found at %s (set SYNCULAR_VECTORS): %v", dir, err)
-	}
-	return dir
-}
+// vectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
+func vectorsDir(t testing.TB) string { return testkit.VectorsDir(t) }
 
-type gen3Vectors struct {
-	NowMs int64 `json:"nowMs"`
-	Keys  struct {
-		Current  string `json:"current"`
-		Previous string `json:"previous"`
-	} `json:"keys"`
-	Audience struct {
-		Kind string `json:"kind"`
-		Key  string `json:"key"`
-	} `json:"audience"`
-	Segments map[string]struct {
-		SegmentID   string `json:"segmentId"`
-		BytesSha256 string `json:"bytesSha256"`
-		ByteLength  int    `json:"byteLength"`
-	} `json:"segments"`
-	Cases []struct {
-		Name   string  `json:"name"`
-		Path   string  `json:"path"`
-		Token  *string `json:"token"`
-		Expect struct {
-			Status  any    `json:"status"`
-			Segment string `json:"segment"`
-			Code    string `json:"code"`
-		} `json:"expect"`
-	} `json:"cases"`
-}
+// gen3Vectors is segments-gen3.json (testkit.Gen3).
+type gen3Vectors = testkit.Gen3
 
 func loadGen3(t testing.TB) (gen3Vectors, string) {
 	t.Helper()
 	dir := vectorsDir(t)
-	raw, err := os.ReadFile(filepath.Join(dir, "segments-gen3.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v gen3Vectors
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
-	if len(v.Cases) == 0 {
-		t.Fatal("segments-gen3.json has no cases")
-	}
+	v := testkit.LoadGen3(t)
 	// The store is opened read-only in WAL-capable mode: work on a copy.
 	db, err := os.ReadFile(filepath.Join(dir, "segments-gen3.sqlite"))
 	if err != nil {

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncular/caddy-syncular/internal/testkit"
 )
 
 // repoRoot is the module root (this package lives one level below it).
@@ -29,18 +31,8 @@ func repoRoot(t testing.TB) string {
 	return filepath.Dir(wd)
 }
 
-// vectorsDir locates ../shared/vectors (or $SYNCULAR_VECTORS).
-func vectorsDir(t testing.TB) string {
-	t.Helper()
-	dir := os.Getenv("SYNCULAR_VECTORS")
-	if dir == "" {
-		dir = filepath.Join(repoRoot(t), "..", "shared", "vectors")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "segments-gen3.json")); err != nil {
-		t.Fatalf("protocol vectors not found at %s (set SYNCULAR_VECTORS): %v", dir, err)
-	}
-	return dir
-}
+// vectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
+func vectorsDir(t testing.TB) string { return testkit.VectorsDir(t) }
 
 // caddyBinary is the binary `make caddy` wrote. Its absence fails the
 // suite: these tests exist to exercise the real build.
@@ -56,16 +48,8 @@ func caddyBinary(t testing.TB) string {
 	return bin
 }
 
-// freePort reserves a loopback port and releases it for the caller.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort is testkit.FreePort.
+func freePort(t testing.TB) int { return testkit.FreePort(t) }
 
 // caddyProc is one running Caddy process.
 type caddyProc struct {

@@ -22,36 +22,13 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
 
-type gen3Vectors struct {
-	NowMs int64 `json:"nowMs"`
-	Keys  struct {
-		Current  string `json:"current"`
-		Previous string `json:"previous"`
-	} `json:"keys"`
-	Audience struct {
-		Key string `json:"key"`
-	} `json:"audience"`
-	Partitions []string `json:"partitions"`
-	Segments   map[string]struct {
-		SegmentID   string `json:"segmentId"`
-		BytesSha256 string `json:"bytesSha256"`
-		ByteLength  int    `json:"byteLength"`
-	} `json:"segments"`
-	Cases []struct {
-		Name   string  `json:"name"`
-		Path   string  `json:"path"`
-		Token  *string `json:"token"`
-		Expect struct {
-			Status  any    `json:"status"`
-			Segment string `json:"segment"`
-			Code    string `json:"code"`
-		} `json:"expect"`
-	} `json:"cases"`
-}
+// gen3Vectors is segments-gen3.json (testkit.Gen3).
+type gen3Vectors = testkit.Gen3
 
 // sqliteSite is the Caddyfile the SQLite tests run: secrets from the
 // environment, debug server log and a filtered access log in the

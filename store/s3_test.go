@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
+	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -60,14 +61,8 @@ type s3Vectors struct {
 	} `json:"objects"`
 }
 
-// s3VectorsDir is $SYNCULAR_VECTORS or ../../shared/vectors.
-func s3VectorsDir(t testing.TB) string {
-	t.Helper()
-	if d := os.Getenv("SYNCULAR_VECTORS"); d != "" {
-		return d
-	}
-	return filepath.Join("..", "..", "shared", "vectors")
-}
+// s3VectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
+func s3VectorsDir(t testing.TB) string { return testkit.VectorsDir(t) }
 
 func s3LoadJSON(t testing.TB, name string, v any) {
 	t.Helper()

@@ -12,23 +12,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/syncular/caddy-syncular/internal/testkit"
 )
 
-// The cross-implementation vectors live outside this module, in
-// shared/vectors next to the repository; SYNCULAR_VECTORS overrides the
-// location. A missing directory fails the tests: silently skipping them
-// would let the package drift from the reference.
-func vectorsDir(tb testing.TB) string {
-	tb.Helper()
-	dir := os.Getenv("SYNCULAR_VECTORS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "vectors")
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		tb.Fatalf("vectors directory %q not found (set SYNCULAR_VECTORS): %v", dir, err)
-	}
-	return dir
-}
+// vectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
+func vectorsDir(t testing.TB) string { return testkit.VectorsDir(t) }
 
 func loadVectors(tb testing.TB, name string, v any) {
 	tb.Helper()

@@ -6,9 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -138,22 +136,23 @@ func (e *env) setupS3() error {
 func (e *env) put(ctx context.Context, b []byte) (string, error) {
 	id := segmentID(b)
 	now := time.Now().UnixMilli()
-	rec, _ := json.Marshal(map[string]any{
-		"segmentId": id, "partition": partition, "logEpoch": "e1", "table": "tasks", "schemaVersion": 1,
-		"mediaType": "rows", "scopeDigest": scopeDigest, "asOfCommitSeq": 1, "rowCount": 1,
-		"rowCursor": nil, "nextRowCursor": nil, "byteLength": len(b),
-		"createdAtMs": now, "expiresAtMs": now + 24*3600*1000,
+	// As current reference writers do: the bytes without metadata, the
+	// record in its own object (a legacy header would make a redirect
+	// edge stream instead of redirect).
+	rec := seed.S3Record(id, store.Publication{
+		Partition: partition, LogEpoch: "e1", Table: "tasks", SchemaVersion: 1, MediaType: "rows",
+		ScopeDigest: scopeDigest, AsOfCommitSeq: 1, RowCount: 1, ByteLength: int64(len(b)),
+		CreatedAtMs: now, ExpiresAtMs: now + 24*3600*1000,
 	})
-	_, err := e.s3.PutObject(ctx, &s3.PutObjectInput{
-		Bucket:        aws.String(bucket),
-		Key:           aws.String(store.S3ObjectKey("", id)),
-		Body:          bytes.NewReader(b),
-		ContentLength: aws.Int64(int64(len(b))),
-		ContentType:   aws.String("application/octet-stream"),
-		Metadata:      map[string]string{"syncular-record": base64.RawURLEncoding.EncodeToString(rec)},
-	})
-	if err != nil {
-		return "", fmt.Errorf("put %s: %w", id, err)
+	for _, put := range []*s3.PutObjectInput{
+		{Bucket: aws.String(bucket), Key: aws.String(store.S3ObjectKey("", id)), Body: bytes.NewReader(b),
+			ContentLength: aws.Int64(int64(len(b))), ContentType: aws.String("application/octet-stream")},
+		{Bucket: aws.String(bucket), Key: aws.String(store.S3RecordKey("", id)), Body: bytes.NewReader(rec),
+			ContentLength: aws.Int64(int64(len(rec))), ContentType: aws.String("application/json")},
+	} {
+		if _, err := e.s3.PutObject(ctx, put); err != nil {
+			return "", fmt.Errorf("put %s: %w", aws.ToString(put.Key), err)
+		}
 	}
 	return id, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
@@ -100,25 +100,6 @@ func (g *gateway) client() *s3.Client {
 	})
 }
 
-// s3Record is the record JSON of PROTOCOL.md §5.2, member names as the
-// reference writes them.
-type s3Record struct {
-	SegmentID     string  `json:"segmentId"`
-	Partition     string  `json:"partition"`
-	LogEpoch      string  `json:"logEpoch"`
-	Table         string  `json:"table"`
-	SchemaVersion int     `json:"schemaVersion"`
-	MediaType     string  `json:"mediaType"`
-	ScopeDigest   string  `json:"scopeDigest"`
-	AsOfCommitSeq int64   `json:"asOfCommitSeq"`
-	RowCount      int64   `json:"rowCount"`
-	RowCursor     *string `json:"rowCursor"`
-	NextRowCursor *string `json:"nextRowCursor"`
-	ByteLength    int64   `json:"byteLength"`
-	CreatedAtMs   int64   `json:"createdAtMs"`
-	ExpiresAtMs   int64   `json:"expiresAtMs"`
-}
-
 // seedS3 writes the demo's segments the way current reference writers
 // do: the bytes at {prefix}seg/sha256/{hex} without metadata, the record
 // as a plain JSON object at {prefix}rec/sha256/{hex}.json.
@@ -133,14 +114,11 @@ func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) 
 	for _, in := range demoInputs(image) {
 		id := segmentID(in.body)
 		digest := token.ScopeDigest(in.scopes)
-		rec, err := json.Marshal(s3Record{
-			SegmentID: id, Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1,
+		rec := seed.S3Record(id, store.Publication{
+			Partition: in.partition, LogEpoch: "e1", Table: in.table, SchemaVersion: 1,
 			MediaType: in.media, ScopeDigest: digest, AsOfCommitSeq: 42, RowCount: 3,
 			ByteLength: int64(len(in.body)), CreatedAtMs: now, ExpiresAtMs: now + 24*3600*1000,
 		})
-		if err != nil {
-			return nil, err
-		}
 		hexID := strings.TrimPrefix(id, "sha256:")
 		seg := &s3.PutObjectInput{
 			Bucket:        aws.String(demoBucket),

@@ -12,28 +12,14 @@ import (
 	"testing"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
 
 	_ "modernc.org/sqlite"
 )
 
-// vectorsDir is $SYNCULAR_VECTORS or ../../../shared/vectors. Missing
-// vectors fail the test: they are the point of it.
-func vectorsDir(t *testing.T) string {
-	t.Helper()
-	dir := os.Getenv("SYNCULAR_VECTORS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "..", "shared", "vectors")
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(abs, "segments-legacy.sqlite")); err != nil {
-		t.Fatalf("vectors not found (set SYNCULAR_VECTORS): %v", err)
-	}
-	return abs
-}
+// vectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
+func vectorsDir(t *testing.T) string { return testkit.VectorsDir(t) }
 
 // copyVector copies a vector file into a fresh temp dir (the vectors dir
 // is read-only) and returns its path.
