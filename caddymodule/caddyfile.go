@@ -49,6 +49,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
 //	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config
+//	    compress         zstd gzip|gzip|zstd|off       # default zstd gzip (preference order); off: identity only
 //	    cache {                                        # in-memory cache; every line optional
 //	        max_bytes   <size>                         # default 64MiB; 0 disables the bytes cache
 //	        max_entry   <size>                         # default 8MiB: larger segments stream uncached
@@ -146,8 +147,9 @@ var subdirectives = map[string]func(h *Handler, d *caddyfile.Dispenser) error{
 		h.VerifyStoreOnStart = &b
 		return nil
 	},
-	"store": parseStore,
-	"cache": parseCache,
+	"store":    parseStore,
+	"cache":    parseCache,
+	"compress": parseCompress,
 }
 
 // parseBlock runs each for every subdirective of the block at nesting,

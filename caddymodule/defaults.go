@@ -16,7 +16,9 @@ import (
 // docs and the Caddyfile syntax state the same values; setDefaults applies
 // them. The cache's defaults are the store package's (store.DefaultMaxBytes,
 // store.DefaultMaxEntry, store.DefaultRecordTTL, store.DefaultMaxRecords),
-// applied by CacheConfig.options.
+// applied by CacheConfig.options. The compress default is the compress
+// package's (compress.DefaultPrefs: zstd, then gzip), applied by
+// compressPrefs.
 const (
 	defaultSkew           = token.DefaultSkew           // skew: 60s, the reference's
 	defaultPresignTTL     = presign.DefaultS3PresignTTL // presign_ttl: 60s

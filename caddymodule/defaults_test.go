@@ -9,8 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/store"
 )
+
+// codingsJSON and codingsText write a coding list as the field docs
+// (["zstd", "gzip"]) and the Caddyfile syntax (zstd gzip) do.
+func codingsJSON(cs []compress.Coding) string {
+	q := make([]string, len(cs))
+	for i, c := range cs {
+		q[i] = strconv.Quote(c.String())
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}
+
+func codingsText(cs []compress.Coding) string {
+	q := make([]string, len(cs))
+	for i, c := range cs {
+		q[i] = c.String()
+	}
+	return strings.Join(q, " ")
+}
 
 // TestDocsStateDefaults: every default is stated with the value of its
 // named constant, in the JSON field's doc (what Caddy's docs site shows)
@@ -39,6 +58,7 @@ func TestDocsStateDefaults(t *testing.T) {
 		{"MaxEntry", "max_entry", strconv.Itoa(store.DefaultMaxEntry), iec(store.DefaultMaxEntry)},
 		{"RecordTTL", "record_ttl", secs(store.DefaultRecordTTL), secs(store.DefaultRecordTTL)},
 		{"MaxRecords", "max_records", strconv.Itoa(store.DefaultMaxRecords), strconv.Itoa(store.DefaultMaxRecords)},
+		{"Compress", "compress", codingsJSON(compress.DefaultPrefs()), codingsText(compress.DefaultPrefs())},
 	}
 
 	fset := gotoken.NewFileSet()

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -29,7 +30,13 @@ const (
 // the answers that succeed; a refusal on the way carries none of them.
 func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant, d *decision) {
 	d.setDelivery(h.Delivery)
-	if inm := r.Header.Get("If-None-Match"); inm != "" && etagMatches(inm, g.etag()) {
+	if streams := h.Delivery != DeliveryRedirect || h.streamsLegacy(g.rec); streams && h.notModified(r, g.segID) {
+		setGrantHeaders(w.Header(), g, g.maxAge())
+		h.setNotModifiedHeaders(w.Header(), r, g.segID)
+		d.setOutcome(outcomeNotModified)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	} else if inm := r.Header.Get("If-None-Match"); !streams && inm != "" && etagMatches(inm, g.etag()) {
 		setGrantHeaders(w.Header(), g, g.maxAge())
 		d.setOutcome(outcomeNotModified)
 		w.WriteHeader(http.StatusNotModified)
@@ -83,8 +90,16 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	if rr == rangePartial {
 		status = http.StatusPartialContent
 	}
+	// A variant held now is sent instead of the identity bytes.
+	v := h.chooseVariant(r, g.segID, r.Header.Get("Range") == "")
+	defer v.close()
+	if v.body != nil {
+		h.serveVariant(w, r, g, d, v)
+		return
+	}
 	if r.Method == http.MethodHead {
 		writeBytesHeaders(w, g, br, rr, d)
+		h.setVariantHeaders(w.Header(), g.segID, v)
 		w.WriteHeader(status)
 		return
 	}
@@ -113,10 +128,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		body = store.VerifyWhole(body, g.segID, size) // ends in an error, not EOF, on a mismatch
 	}
 	defer body.Close()
+	h.buildAfterRead(g.segID, v)
 	writeBytesHeaders(w, g, br, rr, d)
+	h.setVariantHeaders(w.Header(), g.segID, v)
 	w.WriteHeader(status)
 	n, err := copyBody(w, body, br.n)
 	h.metrics.via(d.legacy).bytes(n)
+	h.metrics.codedBytes(compress.Identity, n)
 	if err != nil {
 		// The status line is gone, so the client must not see a clean
 		// (short) end: abort the response. net/http closes the

@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -30,6 +31,7 @@ type collectors struct {
 	bytesServed   *prometheus.CounterVec   // {server, delivery}
 	storeDuration *prometheus.HistogramVec // {server, backend, op}
 	verifications *prometheus.CounterVec   // {server, slot}
+	codedBytes    *prometheus.CounterVec   // {server, coding}
 
 	caches *cacheCollector
 	disks  *diskCollector // disktier.go
@@ -67,6 +69,10 @@ func moduleCollectors() *collectors {
 				Namespace: ns, Subsystem: sub, Name: "token_verifications_total",
 				Help: "Tokens checked, by the 1-based slot of the configured key whose MAC matched (\"none\": no key matched or the token was malformed). Counted even when a later check refused the token.",
 			}, []string{"server", "slot"}),
+			codedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "coded_bytes_served_total",
+				Help: "Segment body bytes written by the edge, by content coding (identity, gzip, zstd): the bytes on the wire of bytes_served_total.",
+			}, []string{"server", "coding"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
 			disks:  newDiskCollector(ns + "_" + sub + "_"),
 		}
@@ -77,7 +83,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return []prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.caches, c.disks,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.caches, c.disks,
 	}
 }
 
@@ -115,7 +121,8 @@ type handlerMetrics struct {
 	lookup   prometheus.Observer
 	open     prometheus.Observer
 	presign  prometheus.Observer
-	slots    []prometheus.Counter // index: key slot (0-based)
+	slots    []prometheus.Counter  // index: key slot (0-based)
+	coded    [3]prometheus.Counter // index: compress.Coding
 	noSlot   prometheus.Counter
 	// legacy counts requests a redirect handler streamed because the
 	// object carries a legacy record header (delivery="stream_legacy");
@@ -137,6 +144,9 @@ func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int
 	}
 	for _, o := range knownOutcomes {
 		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
+	}
+	for _, k := range []compress.Coding{compress.Identity, compress.Gzip, compress.Zstd} {
+		m.coded[k] = c.codedBytes.WithLabelValues(server, k.String())
 	}
 	for i := range keys {
 		m.slots = append(m.slots, c.verifications.WithLabelValues(server, strconv.Itoa(i+1)))
@@ -219,6 +229,14 @@ func (m *handlerMetrics) bytes(n int64) {
 	m.served.Add(float64(n))
 }
 
+// codedBytes counts body bytes written with coding k.
+func (m *handlerMetrics) codedBytes(k compress.Coding, n int64) {
+	if m == nil || n <= 0 || int(k) >= len(m.coded) {
+		return
+	}
+	m.coded[k].Add(float64(n))
+}
+
 // cacheStatser is a store with a segment cache in front (store.Cached).
 type cacheStatser interface{ Stats() store.CacheStats }
 
@@ -228,7 +246,7 @@ type cacheStatser interface{ Stats() store.CacheStats }
 // reload restarts the sums: Prometheus treats that as a counter reset.
 type cacheCollector struct {
 	hits, misses, passThrough, bytes, records *prometheus.Desc
-	evictions, coalesced                      *prometheus.Desc
+	evictions, coalesced, variants            *prometheus.Desc
 
 	mu     sync.Mutex
 	caches map[cacheStatser]int
@@ -250,6 +268,8 @@ func newCacheCollector(prefix string) *cacheCollector {
 			"Entries dropped to stay within max_records (record) or max_bytes (bytes).", []string{"cache"}, nil),
 		coalesced: prometheus.NewDesc(prefix+"cache_coalesced_waits_total",
 			"Requests that waited for a store read another request had started, instead of reading themselves.", nil, nil),
+		variants: prometheus.NewDesc(prefix+"variants_total",
+			"Compressed variants of segments, by result: made (built, verified, kept), rejected (did not decode to the segment: never kept or served), incompressible (would not shrink the segment by 10%: served identity).", []string{"result"}, nil),
 		caches: map[cacheStatser]int{},
 	}
 }
@@ -278,6 +298,7 @@ func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.records
 	ch <- c.evictions
 	ch <- c.coalesced
+	ch <- c.variants
 }
 
 func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
@@ -295,6 +316,9 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		sum.RecordEvictions += st.RecordEvictions
 		sum.ByteEvictions += st.ByteEvictions
 		sum.Coalesced += st.Coalesced
+		sum.Variants.Made += st.Variants.Made
+		sum.Variants.Rejected += st.Variants.Rejected
+		sum.Variants.Incompressible += st.Variants.Incompressible
 	}
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RecordHits), "record")
@@ -307,6 +331,9 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(sum.RecordEvictions), "record")
 	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(sum.ByteEvictions), "bytes")
 	ch <- prometheus.MustNewConstMetric(c.coalesced, prometheus.CounterValue, float64(sum.Coalesced))
+	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Made), "made")
+	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Rejected), "rejected")
+	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Incompressible), "incompressible")
 }
 
 // slotLabel is the metric label and placeholder value of a key slot:

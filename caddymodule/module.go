@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/disk"
@@ -107,6 +108,13 @@ type Handler struct {
 	// coalescing. Default: on, with the defaults of each of its fields.
 	Cache *CacheConfig `json:"cache,omitempty"`
 
+	// Content codings for serve and proxy answers, in preference order:
+	// a request gets the first one its Accept-Encoding accepts, once the
+	// segment's variant has been built in memory (README "Compression").
+	// "zstd" and "gzip"; ["off"] turns compression off. Default (absent
+	// or empty): ["zstd", "gzip"].
+	Compress []string `json:"compress,omitempty"`
+
 	skew      time.Duration // Skew resolved (default applied)
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
@@ -128,6 +136,9 @@ type Handler struct {
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
 	statsDisk  *disk.Cache     // the disk tier, reported in metrics
+
+	codings  []compress.Coding  // Compress resolved; empty: off
+	variants store.VariantStore // the store's variants; nil: none
 
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
@@ -162,6 +173,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	if err := h.provisionStore(ctx, repl); err != nil {
+		return err
+	}
+	if err := h.provisionCompress(); err != nil {
 		return err
 	}
 	return h.provisionMetrics(ctx)
@@ -201,6 +215,9 @@ func (h *Handler) checkConfig() error {
 		if ttl > presign.MaxS3PresignTTL || ttl%time.Second != 0 {
 			return errors.New("syncular_segments: presign_ttl must be whole seconds, at most 7 days")
 		}
+	}
+	if _, err := compressPrefs(h.Compress); err != nil {
+		return err
 	}
 	return h.Cache.check()
 }

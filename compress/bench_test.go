@@ -11,7 +11,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/syncular/caddy-syncular/compress/internal/segdata"
+	"github.com/syncular/caddy-syncular/internal/segdata"
 )
 
 // benchData is built once per test binary: a real SQLite image and a rows

@@ -12,7 +12,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/syncular/caddy-syncular/compress/internal/segdata"
+	"github.com/syncular/caddy-syncular/internal/segdata"
 )
 
 var codingsUnderTest = []Coding{Gzip, Zstd}

@@ -96,6 +96,7 @@ type Cached struct {
 	blobs   *blobLRU
 	lookups flight[*Record]
 	fills   flight[[]byte]
+	vt      variantTier // content-coded variants (variants.go)
 
 	recordHits, recordMisses atomic.Int64
 	byteHits, byteMisses     atomic.Int64
@@ -116,12 +117,14 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 	opts.MaxRecords = max(opts.MaxRecords, 0)
 	opts.MaxBytes = max(opts.MaxBytes, 0)
 	opts.MaxEntry = min(max(opts.MaxEntry, 0), opts.MaxBytes)
-	return &Cached{
+	c := &Cached{
 		inner:   inner,
 		opts:    opts,
 		records: newRecordLRU(opts.MaxRecords),
 		blobs:   newBlobLRU(opts.MaxBytes),
 	}
+	c.vt.init(opts.MaxRecords)
+	return c
 }
 
 // Inner returns the wrapped store.
@@ -155,6 +158,8 @@ type CacheStats struct {
 	// Coalesced counts callers that joined a store read already under way
 	// instead of starting their own (lookups and fills).
 	Coalesced int64
+	// Variants counts content-coded variants built (variants.go).
+	Variants VariantStats
 }
 
 // Stats returns the counters.
@@ -172,6 +177,7 @@ func (c *Cached) Stats() CacheStats {
 		RecordEvictions: c.records.evicted.Load(),
 		ByteEvictions:   c.blobs.evicted.Load(),
 		Coalesced:       c.lookups.joined.Load() + c.fills.joined.Load(),
+		Variants:        c.vt.stats(),
 	}
 }
 

@@ -84,3 +84,29 @@ func (g *flight[T]) waiting(key string) int {
 	}
 	return 0
 }
+
+// start runs fn for key in the background unless a call for key is under
+// way, and returns without waiting; started is false when one was.
+func (g *flight[T]) start(key string, timeout time.Duration, fn func(context.Context) (T, error)) (started bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.calls == nil {
+		g.calls = map[string]*flightCall[T]{}
+	}
+	if _, ok := g.calls[key]; ok {
+		g.joined.Add(1)
+		return false
+	}
+	fc := &flightCall[T]{done: make(chan struct{})}
+	g.calls[key] = fc
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	go g.run(sctx, cancel, key, fc, fn)
+	return true
+}
+
+// running reports whether a call for key is under way.
+func (g *flight[T]) running(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[key] != nil
+}

@@ -138,6 +138,16 @@ func (l *blobLRU) get(id string) ([]byte, bool) {
 	return e.Value.(*blobEntry).b, true
 }
 
+// peek is get without making id the most recently used.
+func (l *blobLRU) peek(id string) ([]byte, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.m[id]; ok {
+		return e.Value.(*blobEntry).b, true
+	}
+	return nil, false
+}
+
 // reserve makes room for a fill of n bytes, evicting least recently used
 // entries; false when fills in progress leave no room.
 func (l *blobLRU) reserve(n int64) bool {

@@ -172,14 +172,16 @@ var (
 	errDistR = regexp.MustCompile(`(?m)^\s+\[(\d+)\]\s+Get `)
 )
 
-func heyArgs(dur time.Duration, u string) []string {
-	return []string{"-z", dur.String(), "-c", strconv.Itoa(*flagConc), "-disable-redirects", "-disable-compression", u}
+// heyArgs: extra (e.g. -H headers) go before the URL.
+func heyArgs(dur time.Duration, u string, extra ...string) []string {
+	args := []string{"-z", dur.String(), "-c", strconv.Itoa(*flagConc), "-disable-redirects", "-disable-compression"}
+	return append(append(args, extra...), u)
 }
 
-// heyLoad loads u with hey for d.
-func heyLoad(u string) func(d time.Duration) (loadResult, error) {
+// heyLoad loads u with hey for d, with extra hey arguments.
+func heyLoad(u string, extra ...string) func(d time.Duration) (loadResult, error) {
 	return func(d time.Duration) (loadResult, error) {
-		out, err := exec.Command(*flagHey, heyArgs(d, u)...).CombinedOutput()
+		out, err := exec.Command(*flagHey, heyArgs(d, u, extra...)...).CombinedOutput()
 		if err != nil {
 			return loadResult{}, fmt.Errorf("hey: %v: %s", err, out)
 		}

@@ -19,7 +19,10 @@
 //	    off, as a control;
 //	(d) forged: 2,000 requests with forged tokens, counting the store
 //	    requests they caused (versitygw access log; the edge's
-//	    caddy_syncular_store_duration_seconds counts for SQLite).
+//	    caddy_syncular_store_duration_seconds counts for SQLite);
+//	(i) compress: bytes on the wire per download (identity, gzip, zstd)
+//	    of a 50,000-row SQLite image and rows segment, encode time, and a
+//	    zstd cache hit against an identity cache hit (256 KiB, 8 MiB).
 //
 // (a) and (b) alternate edge and plain runs (ABBA order) over several
 // rounds and report medians and ratios, of requests/s and of the serving
@@ -79,6 +82,7 @@ var scenarios = []scenario{
 	{"b", "redirect (hmac_sha256 and template audience, distinct tokens) vs redir", redirectScenario},
 	{"c", "storm: concurrent clients, one segment, proxy mode", stormScenario},
 	{"d", "forged tokens: store requests caused", forgedScenario},
+	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
 }
 
 // selected returns the scenarios -only names, in list order.

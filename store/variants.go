@@ -1,0 +1,219 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/syncular/caddy-syncular/compress"
+)
+
+// VariantState says what Cached.Variant found for a (segment, coding).
+type VariantState uint8
+
+const (
+	// VariantReady: the variant is held; the body is its bytes.
+	VariantReady VariantState = iota
+	// VariantBuilding: a build is under way (started by this call or an
+	// earlier one); answer identity meanwhile.
+	VariantBuilding
+	// VariantNotWorth: the segment is remembered as not shrinking by 10%
+	// with this coding (or its variant failed verification); answer
+	// identity.
+	VariantNotWorth
+	// VariantUnavailable: no variant, and none can be built now (the
+	// identity bytes are not held in memory: too large for the bytes
+	// cache, not read yet, cache off; or the build slots or the byte
+	// budget are full); answer identity.
+	VariantUnavailable
+)
+
+// VariantStore is a store that keeps content-coded variants of segments
+// (Cached does).
+type VariantStore interface {
+	// Variant returns the c variant of segmentID when it is held now,
+	// and otherwise starts building it in the background when it can:
+	// it never waits for a build.
+	Variant(segmentID string, c compress.Coding) (body io.ReadCloser, size int64, state VariantState)
+}
+
+// VariantStats counts variant builds.
+type VariantStats struct {
+	// Made counts variants built, verified and kept.
+	Made int64
+	// Rejected counts variants that did not decode to their segment
+	// (never kept, never served).
+	Rejected int64
+	// Incompressible counts builds that stopped because the variant would
+	// not shrink the segment by 10%.
+	Incompressible int64
+}
+
+// variantTier is the part of Cached that makes and keeps variants. The
+// variant bytes live in the bytes cache (blobLRU) under variantKey, in
+// the same budget as identity bytes, builds in progress included.
+type variantTier struct {
+	builds flight[struct{}]
+	// slots bounds the builds running at once (half the CPUs, at least
+	// one), so encoding leaves CPU to the request path.
+	slots chan struct{}
+	// notWorth remembers (segment, coding) keys whose variant is not
+	// kept: incompressible, or rejected by Verify.
+	mu       sync.Mutex
+	notWorth *simplelru.LRU[string, struct{}]
+
+	made, rejected, incompressible atomic.Int64
+
+	// corrupt, when set (tests only), alters an encoded variant before
+	// it is verified.
+	corrupt func(c compress.Coding, b []byte)
+}
+
+// notWorthMax bounds the remembered incompressible keys when the record
+// cache is off.
+const notWorthMax = 10_000
+
+func (v *variantTier) init(maxRecords int) {
+	n := max(1, runtime.GOMAXPROCS(0)/2)
+	v.slots = make(chan struct{}, n)
+	if maxRecords <= 0 {
+		maxRecords = notWorthMax
+	}
+	v.notWorth, _ = simplelru.NewLRU[string, struct{}](maxRecords, nil) // only fails for size <= 0
+}
+
+func (v *variantTier) isNotWorth(key string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	_, ok := v.notWorth.Get(key)
+	return ok
+}
+
+func (v *variantTier) markNotWorth(key string) {
+	v.mu.Lock()
+	v.notWorth.Add(key, struct{}{})
+	v.mu.Unlock()
+}
+
+func (v *variantTier) stats() VariantStats {
+	return VariantStats{Made: v.made.Load(), Rejected: v.rejected.Load(), Incompressible: v.incompressible.Load()}
+}
+
+// variantKey is the bytes-cache key of the c variant of segmentID:
+// "<segmentId>+gzip". Identity keeps the bare id (PROTOCOL.md §6: never
+// cache compressed bytes under the segment id); a segment id never holds
+// a '+', so the keys cannot collide.
+func variantKey(segmentID string, c compress.Coding) string {
+	return segmentID + "+" + c.String()
+}
+
+// Variant implements VariantStore for the memory tier: a variant is built
+// only from verified identity bytes held in the bytes cache, once per
+// (segment, coding) (concurrent callers share one build), verified to
+// decode to the segment, and kept in the bytes cache. Identity and
+// invalid codings are VariantUnavailable.
+func (c *Cached) Variant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, VariantState) {
+	if c.opts.MaxBytes <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+		return nil, 0, VariantUnavailable
+	}
+	key := variantKey(segmentID, coding)
+	if b, ok := c.blobs.get(key); ok {
+		c.byteHits.Add(1)
+		return sliceReader(b, 0, -1), int64(len(b)), VariantReady
+	}
+	if c.vt.isNotWorth(key) {
+		return nil, 0, VariantNotWorth
+	}
+	if c.vt.builds.running(key) {
+		return nil, 0, VariantBuilding
+	}
+	identity, ok := c.blobs.peek(segmentID)
+	if !ok {
+		return nil, 0, VariantUnavailable
+	}
+	select {
+	case c.vt.slots <- struct{}{}:
+	default:
+		return nil, 0, VariantUnavailable // every build slot busy: a later request retries
+	}
+	// A build is CPU-bound: allow it the shared-call timeout plus a second
+	// per MiB (a ~35 MB/s encoder on a loaded core needs well under that).
+	timeout := c.opts.Timeout + time.Duration(len(identity)>>20)*time.Second
+	started := c.vt.builds.start(key, timeout, func(ctx context.Context) (struct{}, error) {
+		defer func() { <-c.vt.slots }()
+		return struct{}{}, c.buildVariant(ctx, key, segmentID, coding, identity)
+	})
+	if !started {
+		<-c.vt.slots
+	}
+	return nil, 0, VariantBuilding
+}
+
+// buildVariant encodes identity with coding, verifies it and keeps it
+// under key; or remembers key as not worth a variant.
+func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding compress.Coding, identity []byte) error {
+	if _, ok := c.blobs.peek(key); ok {
+		return nil // built by a call that finished while this one was set up
+	}
+	size := int64(len(identity))
+	// The encoder writes at most the identity size (EncodeBounded stops
+	// at 90% of it): reserve that much, keep what is used.
+	if !c.blobs.reserve(size) {
+		return errNoRoom
+	}
+	reserved := size
+	defer func() { c.blobs.release(reserved) }()
+	var buf bytes.Buffer
+	buf.Grow(int(size))
+	src := &ctxReader{ctx: ctx, r: bytes.NewReader(identity)}
+	if _, err := compress.EncodeBounded(coding, &buf, src, size); err != nil {
+		if errors.Is(err, compress.ErrIncompressible) {
+			c.vt.incompressible.Add(1)
+			c.vt.markNotWorth(key)
+		}
+		return err
+	}
+	if c.vt.corrupt != nil {
+		c.vt.corrupt(coding, buf.Bytes())
+	}
+	if err := compress.Verify(coding, bytes.NewReader(buf.Bytes()), segmentID, size); err != nil {
+		if errors.Is(err, compress.ErrMismatch) {
+			c.vt.rejected.Add(1)
+			c.vt.markNotWorth(key)
+		}
+		return err
+	}
+	v := bytes.Clone(buf.Bytes()) // exactly its length: the budget counts len
+	c.blobs.release(reserved - int64(len(v)))
+	reserved = 0
+	c.blobs.insert(key, v)
+	c.vt.made.Add(1)
+	return nil
+}
+
+// ctxReader stops a build whose shared call timed out.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r *ctxReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, err
+	}
+	// Small reads, so a timeout is noticed within one chunk.
+	if len(p) > 256<<10 {
+		p = p[:256<<10]
+	}
+	return r.r.Read(p)
+}
+
+// Interface guard
+var _ VariantStore = (*Cached)(nil)

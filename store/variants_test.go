@@ -1,0 +1,273 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/syncular/caddy-syncular/compress"
+)
+
+// rowsLike is n bytes of JSON-ish rows: compressible like a real segment
+// but not trivially (random ids and numbers).
+func rowsLike(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	var b bytes.Buffer
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, `{"id":"%016x","user":%d,"title":"task %d","done":%t}`+"\n", r.Uint64(), r.IntN(500), i, r.IntN(2) == 0)
+	}
+	return b.Bytes()[:n]
+}
+
+func noise(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 2))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func decode(t *testing.T, c compress.Coding, b []byte) []byte {
+	t.Helper()
+	var r io.Reader
+	switch c {
+	case compress.Gzip:
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	case compress.Zstd:
+		zr, err := zstd.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zr.Close()
+		r = zr
+	default:
+		t.Fatalf("decode %v", c)
+	}
+	out, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("decode %v: %v", c, err)
+	}
+	return out
+}
+
+// cachedWith returns a cache holding data's identity bytes (looked up and
+// filled), and its id.
+func cachedWith(t *testing.T, opts CacheOptions, data []byte) (*Cached, string) {
+	t.Helper()
+	inner := newCountingStore()
+	id := inner.add(data)
+	c := NewCached(inner, opts)
+	ctx := context.Background()
+	if _, err := c.Lookup(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	openAll(t, c, ctx, id, 0, -1)
+	return c, id
+}
+
+// awaitVariant calls Variant until it is no longer building, and returns
+// the last answer.
+func awaitVariant(t *testing.T, c *Cached, id string, coding compress.Coding) ([]byte, VariantState) {
+	t.Helper()
+	var got []byte
+	var st VariantState
+	waitFor(t, "variant "+coding.String(), func() bool {
+		var rc io.ReadCloser
+		rc, _, st = c.Variant(id, coding)
+		if st == VariantReady {
+			got = readAll(t, rc, nil)
+		}
+		return st != VariantBuilding
+	})
+	return got, st
+}
+
+func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
+	data := rowsLike(256<<10, 1)
+	for _, coding := range []compress.Coding{compress.Gzip, compress.Zstd} {
+		t.Run(coding.String(), func(t *testing.T) {
+			c, id := cachedWith(t, DefaultCacheOptions(), data)
+			var wg sync.WaitGroup
+			results := make([][]byte, 100)
+			for i := range results {
+				wg.Go(func() {
+					for range 5_000 {
+						rc, n, st := c.Variant(id, coding)
+						if st == VariantReady {
+							b, err := io.ReadAll(rc)
+							if err != nil || int64(len(b)) != n {
+								t.Errorf("read %d of %d bytes: %v", len(b), n, err)
+							}
+							results[i] = b
+							return
+						}
+						if st != VariantBuilding {
+							t.Errorf("state %d, want building or ready", st)
+							return
+						}
+						time.Sleep(time.Millisecond)
+					}
+				})
+			}
+			wg.Wait()
+			for i, b := range results {
+				if b == nil {
+					t.Fatalf("caller %d never got the variant", i)
+				}
+				if !bytes.Equal(decode(t, coding, b), data) {
+					t.Fatalf("caller %d: variant does not decode to the segment", i)
+				}
+			}
+			st := c.Stats().Variants
+			if st.Made != 1 || st.Rejected != 0 || st.Incompressible != 0 {
+				t.Fatalf("stats %+v, want exactly one variant made", st)
+			}
+			if !compress.Worthwhile(int64(len(data)), int64(len(results[0]))) {
+				t.Fatalf("kept a %d-byte variant of %d bytes", len(results[0]), len(data))
+			}
+			// Identity is still the identity bytes under the bare id.
+			if got := openAll(t, c, context.Background(), id, 0, -1); !bytes.Equal(got, data) {
+				t.Fatal("identity bytes changed")
+			}
+			// Budget: identity + the variant.
+			if used, want := c.Stats().Bytes, int64(len(data)+len(results[0])); used != want {
+				t.Fatalf("cache holds %d bytes, want %d (identity + variant)", used, want)
+			}
+		})
+	}
+}
+
+func TestVariantIncompressibleRemembered(t *testing.T) {
+	c, id := cachedWith(t, DefaultCacheOptions(), noise(64<<10, 3))
+	if _, st := awaitVariant(t, c, id, compress.Gzip); st != VariantNotWorth {
+		t.Fatalf("state %d, want VariantNotWorth", st)
+	}
+	for range 5 {
+		if _, _, st := c.Variant(id, compress.Gzip); st != VariantNotWorth {
+			t.Fatalf("state %d on a repeat, want VariantNotWorth", st)
+		}
+	}
+	st := c.Stats().Variants
+	if st.Incompressible != 1 || st.Made != 0 {
+		t.Fatalf("stats %+v, want one incompressible build and none made", st)
+	}
+	if used := c.Stats().Bytes; used != 64<<10 {
+		t.Fatalf("cache holds %d bytes after a discarded build, want the identity's %d", used, 64<<10)
+	}
+}
+
+func TestVariantCorruptNeverKept(t *testing.T) {
+	for _, coding := range []compress.Coding{compress.Gzip, compress.Zstd} {
+		t.Run(coding.String(), func(t *testing.T) {
+			data := rowsLike(128<<10, 4)
+			inner := newCountingStore()
+			id := inner.add(data)
+			c := NewCached(inner, DefaultCacheOptions())
+			faults := 0
+			SetVariantFaultForTest(c, func(got compress.Coding, b []byte) {
+				if got != coding {
+					t.Errorf("fault hook saw %v", got)
+				}
+				faults++
+				b[len(b)/2] ^= 0x40 // a flipped bit in the middle
+			})
+			ctx := context.Background()
+			if _, err := c.Lookup(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			openAll(t, c, ctx, id, 0, -1)
+			if _, st := awaitVariant(t, c, id, coding); st != VariantNotWorth {
+				t.Fatalf("state %d, want VariantNotWorth (rejected)", st)
+			}
+			for range 5 {
+				if rc, _, st := c.Variant(id, coding); st == VariantReady || rc != nil {
+					t.Fatal("a corrupted variant was served")
+				}
+			}
+			st := c.Stats().Variants
+			if st.Rejected != 1 || st.Made != 0 || faults != 1 {
+				t.Fatalf("stats %+v, faults %d: want one rejected build", st, faults)
+			}
+			if _, ok := c.blobs.peek(variantKey(id, coding)); ok {
+				t.Fatal("the corrupted variant is in the bytes cache")
+			}
+		})
+	}
+}
+
+func TestVariantNeedsIdentityInMemory(t *testing.T) {
+	data := rowsLike(64<<10, 5)
+	inner := newCountingStore()
+	id := inner.add(data)
+	opts := DefaultCacheOptions()
+	opts.MaxEntry = 32 << 10 // the segment is too large for memory
+	c := NewCached(inner, opts)
+	ctx := context.Background()
+	if _, _, st := c.Variant(id, compress.Gzip); st != VariantUnavailable {
+		t.Fatalf("before any read: state %d, want unavailable", st)
+	}
+	if _, err := c.Lookup(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	openAll(t, c, ctx, id, 0, -1) // streamed, not cached
+	if _, _, st := c.Variant(id, compress.Gzip); st != VariantUnavailable {
+		t.Fatalf("larger than max_entry: state %d, want unavailable", st)
+	}
+	if _, _, st := c.Variant(id, compress.Identity); st != VariantUnavailable {
+		t.Fatalf("identity: state %d, want unavailable", st)
+	}
+	if got := c.Stats().Variants; got != (VariantStats{}) {
+		t.Fatalf("stats %+v, want no builds", got)
+	}
+
+	off := NewCached(inner, CacheOptions{})
+	if _, _, st := off.Variant(id, compress.Zstd); st != VariantUnavailable {
+		t.Fatalf("cache off: state %d, want unavailable", st)
+	}
+}
+
+func TestVariantWithinBudget(t *testing.T) {
+	// Room for the identity and little else: the build's reservation
+	// evicts, and the budget is never exceeded.
+	data := rowsLike(40<<10, 6)
+	opts := DefaultCacheOptions()
+	opts.MaxBytes = 100 << 10
+	opts.MaxEntry = 50 << 10
+	c, id := cachedWith(t, opts, data)
+	other := rowsLike(40<<10, 7)
+	oid := c.inner.(*countingStore).add(other)
+	ctx := context.Background()
+	if _, err := c.Lookup(ctx, oid); err != nil {
+		t.Fatal(err)
+	}
+	openAll(t, c, ctx, oid, 0, -1)
+	for _, k := range []struct {
+		id     string
+		coding compress.Coding
+		data   []byte
+	}{{id, compress.Gzip, data}, {oid, compress.Zstd, other}, {id, compress.Zstd, data}} {
+		b, st := awaitVariant(t, c, k.id, k.coding)
+		if used := c.Stats().Bytes; used > opts.MaxBytes {
+			t.Fatalf("cache holds %d bytes, budget %d", used, opts.MaxBytes)
+		}
+		if st == VariantReady && !bytes.Equal(decode(t, k.coding, b), k.data) {
+			t.Fatal("variant does not decode to its segment")
+		}
+	}
+	if ev := c.Stats().ByteEvictions; ev == 0 {
+		t.Fatal("three variants and two identities fit a budget they should overflow")
+	}
+}
