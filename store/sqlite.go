@@ -28,6 +28,17 @@ type SQLiteOptions struct {
 	MaxOpenConns int
 }
 
+// withDefaults is o with every zero field at its documented default.
+func (o SQLiteOptions) withDefaults() SQLiteOptions {
+	if o.BusyTimeout <= 0 {
+		o.BusyTimeout = DefaultTimeout
+	}
+	if o.MaxOpenConns <= 0 {
+		o.MaxOpenConns = defaultSQLiteConns
+	}
+	return o
+}
+
 const (
 	defaultSQLiteConns  = 4
 	maxSchemaRedetects  = 4
@@ -63,16 +74,10 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: sqlite: %w", err)
 	}
-	busy := opts.BusyTimeout
-	if busy <= 0 {
-		busy = DefaultTimeout
-	}
-	conns := opts.MaxOpenConns
-	if conns <= 0 {
-		conns = defaultSQLiteConns
-	}
+	opts = opts.withDefaults()
+	busy, conns := opts.BusyTimeout, opts.MaxOpenConns
 	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns,
-		blobOpts: SQLiteOptions{BusyTimeout: busy, MaxOpenConns: conns}}
+		blobOpts: opts}
 	h, err := s.openHandle(context.Background())
 	if err != nil {
 		return nil, err

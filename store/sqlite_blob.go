@@ -52,14 +52,8 @@ func OpenSQLiteBlobs(path string, opts SQLiteOptions) (*SQLiteBlobs, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("store: sqlite blobs: %s is not a regular file", abs)
 	}
-	busy := opts.BusyTimeout
-	if busy <= 0 {
-		busy = DefaultTimeout
-	}
-	conns := opts.MaxOpenConns
-	if conns <= 0 {
-		conns = defaultSQLiteConns
-	}
+	opts = opts.withDefaults()
+	busy, conns := opts.BusyTimeout, opts.MaxOpenConns
 	// The file: URI with mode=ro is what makes SQLite itself refuse
 	// writes; query_only is a second lock on the same door.
 	pool, err := sqlitex.NewPool("file:"+escapeURIPath(filepath.ToSlash(abs))+"?mode=ro", sqlitex.PoolOptions{
