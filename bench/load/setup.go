@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -133,8 +132,10 @@ func (e *env) setupS3() error {
 	return err
 }
 
-// put writes b as the reference S3SegmentStore does, with its record in
-// x-amz-meta-syncular-record.
+// put writes b as the current reference S3SegmentStore does: the bytes
+// object without metadata and the record in its own record object. (An
+// object with the older x-amz-meta-syncular-record header would be
+// streamed by a redirect edge, never redirected.)
 func (e *env) put(ctx context.Context, b []byte) (string, error) {
 	id := segmentID(b)
 	now := time.Now().UnixMilli()
@@ -150,10 +151,19 @@ func (e *env) put(ctx context.Context, b []byte) (string, error) {
 		Body:          bytes.NewReader(b),
 		ContentLength: aws.Int64(int64(len(b))),
 		ContentType:   aws.String("application/octet-stream"),
-		Metadata:      map[string]string{"syncular-record": base64.RawURLEncoding.EncodeToString(rec)},
 	})
 	if err != nil {
 		return "", fmt.Errorf("put %s: %w", id, err)
+	}
+	_, err = e.s3.PutObject(ctx, &s3.PutObjectInput{
+		Bucket:        aws.String(bucket),
+		Key:           aws.String(store.S3RecordKey("", id)),
+		Body:          bytes.NewReader(rec),
+		ContentLength: aws.Int64(int64(len(rec))),
+		ContentType:   aws.String("application/json"),
+	})
+	if err != nil {
+		return "", fmt.Errorf("put record of %s: %w", id, err)
 	}
 	return id, nil
 }
