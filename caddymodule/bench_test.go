@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,31 +124,49 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := newTestHandler(b, nil, func(h *Handler) {
-		h.Store = &StoreConfig{Backend: "s3", S3: &S3Config{Bucket: "bench"}}
-		h.Delivery = DeliveryRedirect
-	})
-	h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
-	b.Run("record_cached", func(b *testing.B) {
-		c := store.NewCached(s3s, benchCacheOptions(h))
-		defer c.Close()
-		h.setStore(c)
-		benchServeHTTP(b, h, target, http.StatusFound, 0)
-		b.StopTimer()
-		if st := c.Stats(); st.RecordMisses != 1 {
-			b.Fatalf("record not cached: %+v", st)
+	// The template audience of the tests, and the keyed audience a
+	// production edge uses (its derived audiences memoised).
+	for _, aud := range []struct {
+		name string
+		cfg  *AudienceConfig
+	}{
+		{"template", &AudienceConfig{Kind: "template", Template: "aud:{partition}"}},
+		{"hmac", &AudienceConfig{Kind: "hmac_sha256", Key: "hex:" + strings.Repeat("a5", 32)}},
+	} {
+		h := newTestHandler(b, nil, func(h *Handler) {
+			h.Store = &StoreConfig{Backend: "s3", S3: &S3Config{Bucket: "bench"}}
+			h.Delivery = DeliveryRedirect
+			h.Audience = aud.cfg
+		})
+		h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+		if err != nil {
+			b.Fatal(err)
 		}
-	})
-	// Every request GETs the record object and HEADs the bytes object at
-	// the real versitygw on loopback.
-	b.Run("record_uncached", func(b *testing.B) {
-		h.setStore(s3s)
-		benchServeHTTP(b, h, target, http.StatusFound, 0)
-	})
+		target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, h.audience.Derive("p1"), testNow.Add(10*time.Minute))
+		name := "record_cached"
+		if aud.name != "template" {
+			name += "_" + aud.name
+		}
+		b.Run(name, func(b *testing.B) {
+			c := store.NewCached(s3s, benchCacheOptions(h))
+			defer c.Close()
+			h.setStore(c)
+			benchServeHTTP(b, h, target, http.StatusFound, 0)
+			b.StopTimer()
+			if st := c.Stats(); st.RecordMisses != 1 {
+				b.Fatalf("record not cached: %+v", st)
+			}
+		})
+		if aud.name != "template" {
+			continue
+		}
+		// Every request GETs the record object and HEADs the bytes object at
+		// the real versitygw on loopback.
+		b.Run("record_uncached", func(b *testing.B) {
+			h.setStore(s3s)
+			benchServeHTTP(b, h, target, http.StatusFound, 0)
+		})
+	}
 }
 
 func byteSize(n int) string {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
@@ -16,9 +15,9 @@ import (
 // placeholders, before the response is written, so a header directive
 // sees them too); finish reads only this struct.
 type decision struct {
-	repl     *caddy.Replacer // the request's replacer; nil without one
-	outcome  string          // granted, not_modified, next or an error code
-	reason   string          // the refusal message
+	ph       *placeholders // the request's placeholders; nil without a replacer
+	outcome  string        // granted, not_modified, next or an error code
+	reason   string        // the refusal message
 	segID    string
 	slot     int    // key slot that verified the MAC, -1 none
 	aud      string // the token's audience (logged only as aud_hash)
@@ -31,22 +30,22 @@ type decision struct {
 
 func (d *decision) setOutcome(outcome string) {
 	d.outcome = outcome
-	d.publish("outcome", outcome)
+	d.ph.publish(phOutcome, outcome)
 }
 
 func (d *decision) setSegment(id string) {
 	d.segID = id
-	d.publish("segment_id", id)
+	d.ph.publish(phSegmentID, id)
 }
 
 func (d *decision) setSlot(slot int) {
 	d.slot = slot
-	d.publish("key_slot", slotLabel(slot))
+	d.ph.publishSlot(slot)
 }
 
 func (d *decision) setDelivery(delivery string) {
 	d.delivery = delivery
-	d.publish("delivery", delivery)
+	d.ph.publish(phDelivery, delivery)
 }
 
 // refuse writes a protocol error and records it as the outcome (the debug
@@ -54,7 +53,7 @@ func (d *decision) setDelivery(delivery string) {
 func (d *decision) refuse(w http.ResponseWriter, e protoError, msg string) {
 	d.setOutcome(e.code)
 	d.reason = msg
-	d.publish("reason", msg)
+	d.ph.publish(phReason, msg)
 	e.write(w, msg)
 }
 

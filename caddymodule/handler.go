@@ -28,11 +28,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.life.enter()
 	defer h.life.leave()
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	d := &decision{repl: repl, slot: -1}
+	d := &decision{ph: placeholdersFor(repl), slot: -1}
 	defer h.finish(d)
 
 	// 1. Verify: the request's shape, then the token.
-	tokens, signed := stParams(r.URL.RawQuery)
+	var one [1]string
+	tokens := appendStParams(one[:0], r.URL.RawQuery)
+	signed := len(tokens) > 0
 	if hashHidesToken(r) {
 		d.refuse(w, errForbidden, "segment token rejected: '#' in a signed URL")
 		return nil

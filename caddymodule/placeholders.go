@@ -1,9 +1,14 @@
 package caddymodule
 
-import "github.com/caddyserver/caddy/v2"
+import (
+	"strings"
 
-// The handler publishes these placeholders for logs and headers (set as
-// the request is decided, before the response is written):
+	"github.com/caddyserver/caddy/v2"
+)
+
+// The handler publishes these placeholders for logs and headers (known
+// from the moment the request's handling decides them, before the response
+// is written):
 //
 //	{http.syncular.segment_id}  the requested segment id (once well-formed)
 //	{http.syncular.outcome}     granted, not_modified, next, or the error code
@@ -14,11 +19,96 @@ import "github.com/caddyserver/caddy/v2"
 // None of them holds a token, a key, an audience or a partition id.
 const placeholderPrefix = "http.syncular."
 
-// publish sets {http.syncular.<name>} on the request's replacer.
-func (d *decision) publish(name, value string) {
-	if d.repl != nil {
-		d.repl.Set(placeholderPrefix+name, value)
+// placeholder names one {http.syncular.*} value.
+type placeholder uint8
+
+const (
+	phSegmentID placeholder = iota
+	phOutcome
+	phDelivery
+	phKeySlot
+	phReason
+	numPlaceholders
+)
+
+var placeholderNames = [numPlaceholders]string{
+	phSegmentID: "segment_id",
+	phOutcome:   "outcome",
+	phDelivery:  "delivery",
+	phKeySlot:   "key_slot",
+	phReason:    "reason",
+}
+
+// placeholderState is the key under which a replacer's placeholders
+// value answers with itself, so a second pass through the handler on the
+// same request (an error route, say) finds it instead of adding another
+// provider. A NUL cannot be written in a Caddyfile placeholder.
+const placeholderState = placeholderPrefix + "\x00state"
+
+// placeholders holds the {http.syncular.*} values of one request and
+// answers for them as a provider of the request's replacer, so that
+// publishing a value is a field store: nothing is formatted, boxed or put
+// in the replacer's map unless a log or header reads it. A value reads as
+// unknown until it is published; a later pass overwrites it, as
+// Replacer.Set would.
+type placeholders struct {
+	vals [numPlaceholders]string
+	set  [numPlaceholders]bool
+	slot int // the key_slot value, formatted when read
+}
+
+// placeholdersFor returns the placeholders of the request whose replacer
+// is repl, adding the provider on first use; nil without a replacer.
+func placeholdersFor(repl *caddy.Replacer) *placeholders {
+	if repl == nil {
+		return nil
 	}
+	if v, ok := repl.Get(placeholderState); ok {
+		if p, ok := v.(*placeholders); ok {
+			return p
+		}
+	}
+	p := new(placeholders)
+	repl.Map(p.get)
+	return p
+}
+
+// publish sets {http.syncular.<name>} to value.
+func (p *placeholders) publish(name placeholder, value string) {
+	if p != nil {
+		p.vals[name], p.set[name] = value, true
+	}
+}
+
+// publishSlot sets {http.syncular.key_slot} to the label of slot.
+func (p *placeholders) publishSlot(slot int) {
+	if p != nil {
+		p.slot, p.set[phKeySlot] = slot, true
+	}
+}
+
+// get is the replacer provider: the value of a published placeholder.
+func (p *placeholders) get(key string) (any, bool) {
+	name, ok := strings.CutPrefix(key, placeholderPrefix)
+	if !ok {
+		return nil, false
+	}
+	if key == placeholderState {
+		return p, true
+	}
+	for i, n := range placeholderNames {
+		if n != name {
+			continue
+		}
+		if !p.set[i] {
+			return nil, false
+		}
+		if placeholder(i) == phKeySlot {
+			return slotLabel(p.slot), true
+		}
+		return p.vals[i], true
+	}
+	return nil, false
 }
 
 // replString reads a string placeholder.

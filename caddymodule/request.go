@@ -12,6 +12,14 @@ import (
 // whether any was present. A value that cannot be unescaped is returned
 // as an empty token, which verification refuses.
 func stParams(rawQuery string) (tokens []string, present bool) {
+	tokens = appendStParams(nil, rawQuery)
+	return tokens, len(tokens) > 0
+}
+
+// appendStParams appends the values of every st parameter in a raw query
+// to dst, as stParams returns them. The handler passes a one-element array
+// of its own, so the usual single token costs no allocation.
+func appendStParams(dst []string, rawQuery string) []string {
 	for rawQuery != "" {
 		var pair string
 		pair, rawQuery, _ = strings.Cut(rawQuery, "&")
@@ -32,9 +40,9 @@ func stParams(rawQuery string) (tokens []string, present bool) {
 				tok = ""
 			}
 		}
-		tokens = append(tokens, tok)
+		dst = append(dst, tok)
 	}
-	return tokens, len(tokens) > 0
+	return dst
 }
 
 // hashHidesToken reports a raw '#' in the request target together with an
