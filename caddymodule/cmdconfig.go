@@ -3,8 +3,9 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -93,23 +94,13 @@ func walkHandlers(v any, at configHandler, out []configHandler) []configHandler 
 				at.paths = paths
 			}
 		}
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range slices.Sorted(maps.Keys(x)) {
 			in := at
 			if k == "servers" {
 				// apps.http.servers: name each server for the handlers
 				// under it.
 				if servers, ok := x[k].(map[string]any); ok {
-					names := make([]string, 0, len(servers))
-					for n := range servers {
-						names = append(names, n)
-					}
-					sort.Strings(names)
-					for _, n := range names {
+					for _, n := range slices.Sorted(maps.Keys(servers)) {
 						s := at
 						s.server, s.listen = n, stringList(servers[n], "listen")
 						out = walkHandlers(servers[n], s, out)

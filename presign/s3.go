@@ -194,14 +194,10 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 	if !ok {
 		return "", time.Time{}, ErrS3GrantTooShort
 	}
-	sh := &p.shards[s3HexVal(segmentID[7])]
-
-	sh.mu.RLock()
-	e, ok := sh.m[k]
-	sh.mu.RUnlock()
-	if ok && nowNs < e.until {
+	if e, hit := p.cached(k, nowNs); hit {
 		return e.url, time.Unix(0, e.until), nil
 	}
+	sh := &p.shards[s3HexVal(segmentID[7])]
 
 	url, credUntil, err := p.sign(ctx, segmentID, k.start, k.expires)
 	if err != nil {
@@ -238,14 +234,20 @@ func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url 
 	if !fits {
 		return "", time.Time{}, false
 	}
-	sh := &p.shards[s3HexVal(segmentID[7])]
-	sh.mu.RLock()
-	e, hit := sh.m[k]
-	sh.mu.RUnlock()
-	if !hit || nowNs >= e.until {
+	e, hit := p.cached(k, nowNs)
+	if !hit {
 		return "", time.Time{}, false
 	}
 	return e.url, time.Unix(0, e.until), true
+}
+
+// cached is the still-valid cache entry for k at nowNs, if any.
+func (p *S3Presigner) cached(k s3Key, nowNs int64) (s3Entry, bool) {
+	sh := &p.shards[s3HexVal(k.id[7])]
+	sh.mu.RLock()
+	e, ok := sh.m[k]
+	sh.mu.RUnlock()
+	return e, ok && nowNs < e.until
 }
 
 // key is the cache key of a request at now for a grant ending at notAfter
