@@ -39,8 +39,9 @@ const (
 	// or failed verification; serve identity.
 	VariantNotWorth
 	// VariantUnavailable: no variant and none can be built now (the
-	// identity file is not complete on disk, the build slots or the
-	// budget are full, the directory is unusable); serve identity.
+	// identity file is not complete on disk, the build slots are busy,
+	// the budget has no room for the build beside the identity file, the
+	// directory is unusable); serve identity.
 	VariantUnavailable
 )
 
@@ -143,22 +144,29 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false
 	}
+	// A build reserves the identity size (the encoder stops at 90% of
+	// it). Making that room may evict other files, never the identity
+	// file itself (the build would cost the segment its fast path, and
+	// its fill would then wait for the build's reservation).
+	if e.size+c.reserved+size > c.max { // the most room evicting every other file gives
+		c.mu.Unlock()
+		return nil, VariantUnavailable, false
+	}
 	select {
 	case vs.slots <- struct{}{}:
 	default:
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false // every slot busy: a later request retries
 	}
-	// Opened under mu, before making room: the build reads this verified
-	// file even if it is evicted meanwhile.
+	// Opened under mu: the build reads this verified file even if it is
+	// evicted meanwhile.
 	src, err := os.Open(c.path(key))
 	if err != nil {
 		<-vs.slots
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false
 	}
-	c.lru.MoveToFront(e.elem)
-	// The encoder stops at 90% of the identity size: reserve that bound.
+	c.lru.MoveToFront(e.elem) // evicted last: the check above keeps it
 	victims, ok := c.reserveLocked(size)
 	if !ok {
 		<-vs.slots

@@ -151,18 +151,34 @@ func TestVariantZstd(t *testing.T) {
 }
 
 func TestVariantNeedsRoomInTheBudget(t *testing.T) {
-	s := compressible(400_000, 8)
-	// Room for the identity file only: the build's reservation (the
-	// identity size) does not fit beside it without evicting it, and
-	// evicting it must not break the build (it reads an open file).
-	c := newCache(t, disk.Options{MaxBytes: 500_000})
+	s, other := compressible(400_000, 8), compressible(300_000, 9)
+	// Room for the identity file and a build's reservation (its size)
+	// only once the other file is evicted; never by evicting the
+	// identity file itself.
+	c := newCache(t, disk.Options{MaxBytes: 900_000})
+	fillNow(t, c, other)
 	fillNow(t, c, s)
-	_, st := waitVariant(t, c, s, compress.Gzip)
-	if s := c.Stats(); s.Bytes > 500_000 || s.Reserved != 0 {
-		t.Fatalf("budget: bytes %d reserved %d", s.Bytes, s.Reserved)
+	h, st := waitVariant(t, c, s, compress.Gzip)
+	if st != disk.VariantReady {
+		t.Fatalf("state %d, want ready", st)
 	}
-	if st == disk.VariantReady && c.Stats().VariantsMade != 1 {
-		t.Fatal("ready without a build")
+	h.Close()
+	if exists(disk.PathForTest(c, other.key)) || !exists(disk.PathForTest(c, s.key)) {
+		t.Fatal("the build evicted the wrong file")
+	}
+	if st := c.Stats(); st.Bytes > 900_000 || st.Reserved != 0 || st.Evictions != 1 {
+		t.Fatalf("budget: %+v", st)
+	}
+
+	small := newCache(t, disk.Options{MaxBytes: 500_000})
+	fillNow(t, small, s)
+	for range 3 {
+		if h, st := small.Variant(s.id, int64(len(s.b)), compress.Gzip); st != disk.VariantUnavailable || h != nil {
+			t.Fatalf("no room beside the identity file: state %d, want unavailable", st)
+		}
+	}
+	if st := small.Stats(); st.Evictions != 0 || st.Files != 1 || st.Reserved != 0 || st.VariantsMade != 0 {
+		t.Fatalf("a build that did not fit changed the cache: %+v", st)
 	}
 }
 
