@@ -17,10 +17,11 @@ import (
 // Compressed delivery (README "Compression", PROTOCOL.md §6): serve and
 // proxy answers (and a redirect handler's streamed fall-backs) send a
 // zstd or gzip variant of the segment when the request's Accept-Encoding
-// allows it and the variant is held in the bytes cache. A variant is
-// built once per (segment, coding) in the background from verified
-// identity bytes (store.Cached.Variant); until it exists, the request
-// gets identity (nobody waits for a build).
+// allows it and the variant is held (in the bytes cache, or as a file of
+// the disk tier for a large segment: sent with sendfile by copyBody). A
+// variant is built once per (segment, coding) in the background from
+// verified identity bytes (store.Cached.Variant); until it exists, the
+// request gets identity (nobody waits for a build).
 
 // compressOff is the value of Compress that turns compression off.
 const compressOff = "off"

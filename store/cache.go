@@ -177,7 +177,7 @@ func (c *Cached) Stats() CacheStats {
 		RecordEvictions: c.records.evicted.Load(),
 		ByteEvictions:   c.blobs.evicted.Load(),
 		Coalesced:       c.lookups.joined.Load() + c.fills.joined.Load(),
-		Variants:        c.vt.stats(),
+		Variants:        c.variantStats(), // tier_variants.go
 	}
 }
 

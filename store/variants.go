@@ -120,8 +120,11 @@ func variantKey(segmentID string, c compress.Coding) string {
 // decode to the segment, and kept in the bytes cache. Identity and
 // invalid codings are VariantUnavailable.
 func (c *Cached) Variant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, VariantState) {
-	if c.opts.MaxBytes <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+	if coding != compress.Gzip && coding != compress.Zstd {
 		return nil, 0, VariantUnavailable
+	}
+	if c.opts.MaxBytes <= 0 {
+		return c.diskVariant(segmentID, coding) // tier_variants.go
 	}
 	key := variantKey(segmentID, coding)
 	if b, ok := c.blobs.get(key); ok {
@@ -136,7 +139,7 @@ func (c *Cached) Variant(segmentID string, coding compress.Coding) (io.ReadClose
 	}
 	identity, ok := c.blobs.peek(segmentID)
 	if !ok {
-		return nil, 0, VariantUnavailable
+		return c.diskVariant(segmentID, coding) // a large segment: tier_variants.go
 	}
 	select {
 	case c.vt.slots <- struct{}{}:

@@ -47,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -166,6 +167,11 @@ type Stats struct {
 	BypassTooLarge    uint64 // Gets answered ErrTooLarge
 	BypassNoRoom      uint64 // Gets answered ErrNoRoom
 	BypassUnavailable uint64 // Gets answered ErrUnavailable
+
+	// Variants (variants.go): built, verified and kept; rejected by
+	// verification (at build or after a restart); stopped for not
+	// shrinking by 10%.
+	VariantsMade, VariantsRejected, VariantsIncompressible uint64
 }
 
 // Cache is the disk tier. Safe for concurrent use.
@@ -197,12 +203,16 @@ type Cache struct {
 	hits, fillsDone, followers, fillErrors          atomic.Uint64
 	evictions, discarded                            atomic.Uint64
 	bypassTooLarge, bypassNoRoom, bypassUnavailable atomic.Uint64
+
+	vs                                                     *variantState // variants.go; under mu
+	variantsMade, variantsRejected, variantsIncompressible atomic.Uint64
 }
 
 // hooks inject faults in tests.
 type hooks struct {
-	write  func(p []byte) error // before each write to a fill's file
-	create func() error         // before a fill's file is created
+	write   func(p []byte) error   // before each write to a fill's file
+	create  func() error           // before a fill's file is created
+	variant func(f *os.File) error // after a variant is encoded, before it is verified
 }
 
 // entry is a complete file.
@@ -325,6 +335,10 @@ func (c *Cache) Stats() Stats {
 		BypassTooLarge:    c.bypassTooLarge.Load(),
 		BypassNoRoom:      c.bypassNoRoom.Load(),
 		BypassUnavailable: c.bypassUnavailable.Load(),
+
+		VariantsMade:           c.variantsMade.Load(),
+		VariantsRejected:       c.variantsRejected.Load(),
+		VariantsIncompressible: c.variantsIncompressible.Load(),
 	}
 }
 

@@ -1,5 +1,7 @@
 package disk
 
+import "os"
+
 // SetHooksForTest injects faults: write runs before each write to a
 // fill's file (a non-nil error fails it, as a full disk would); create
 // runs before a fill's file is created. Set them before the first Get.
@@ -9,3 +11,10 @@ func SetHooksForTest(c *Cache, write func(p []byte) error, create func() error) 
 
 // PathForTest is where the complete file of a 64-hex key lives.
 func PathForTest(c *Cache, key string) string { return c.path(key) }
+
+// SetVariantHookForTest runs hook on each encoded variant's temporary
+// file before it is verified (a non-nil error fails the build).
+func SetVariantHookForTest(c *Cache, hook func(f *os.File) error) { c.hooks.variant = hook }
+
+// VariantsBuildingForTest is how many variant builds run now.
+func VariantsBuildingForTest(c *Cache) int { return c.variantsBuilding() }

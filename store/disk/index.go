@@ -64,7 +64,8 @@ func (c *Cache) usableLocked() ([]string, error) {
 	return c.prepareLocked()
 }
 
-// scanLocked indexes the complete files in the directory, least recently
+// scanLocked indexes the complete files in the directory (variants
+// included, unverified until first use: variants.go), least recently
 // used (oldest mtime) last, and lists stale temporary files and what is
 // over budget for removal. Only names this package writes are touched:
 // anything else in the directory is left alone.
@@ -102,7 +103,7 @@ func (c *Cache) scanLocked() (victims []string, err error) {
 		}
 		for _, d := range files {
 			name := d.Name()
-			if !d.Type().IsRegular() || len(name) != 64 || !isHex(name) || name[:2] != s.Name() {
+			if !d.Type().IsRegular() || (len(name) != 64 || !isHex(name)) && !variantFileKey(name) || name[:2] != s.Name() {
 				continue
 			}
 			fi, err := d.Info()

@@ -1,0 +1,335 @@
+package disk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/syncular/caddy-syncular/compress"
+)
+
+// Variants: content-coded copies of complete, verified segment files,
+// kept beside them as <Dir>/<2 hex>/<64 hex>+gzip (or +zstd), indexed and
+// evicted like the identity files and counted in the same budget.
+//
+// A variant is built once per (segment, coding), in the background, from
+// the verified identity file (never from a stream still being filled),
+// into a temporary file; it is renamed into place only after
+// compress.Verify decoded it to bytes that hash to the segment id. A
+// variant file found by the scan at New is verified the same way (decoded
+// and hashed) before its first use. A segment that does not shrink by 10%
+// with a coding, or whose variant failed verification, is remembered and
+// not tried again until the process restarts.
+
+// VariantState says what Variant found.
+type VariantState uint8
+
+const (
+	// VariantReady: the handle reads the verified variant file.
+	VariantReady VariantState = iota
+	// VariantBuilding: a build or a verification is under way; serve
+	// identity meanwhile.
+	VariantBuilding
+	// VariantNotWorth: the variant does not shrink the segment by 10%,
+	// or failed verification; serve identity.
+	VariantNotWorth
+	// VariantUnavailable: no variant and none can be built now (the
+	// identity file is not complete on disk, the build slots are busy,
+	// the budget has no room for the build beside the identity file, the
+	// directory is unusable); serve identity.
+	VariantUnavailable
+)
+
+// notWorthMax bounds the remembered (segment, coding) keys not worth a
+// variant; past it the memory is cleared (a segment is then tried again).
+const notWorthMax = 10_000
+
+// variantState is the Cache's part for variants; guarded by Cache.mu.
+type variantState struct {
+	building map[string]bool
+	notWorth map[string]struct{}
+	slots    chan struct{}
+}
+
+func (c *Cache) variantsLocked() *variantState {
+	if c.vs == nil {
+		c.vs = &variantState{
+			building: make(map[string]bool),
+			notWorth: make(map[string]struct{}),
+			slots:    make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
+		}
+	}
+	return c.vs
+}
+
+// variantSuffix reports whether name is a variant file's suffix ("+gzip",
+// "+zstd").
+func variantSuffix(s string) bool { return s == "+gzip" || s == "+zstd" }
+
+// variantFileKey reports whether a directory entry's name is a variant
+// file this package writes: "<64 hex>+gzip" or "<64 hex>+zstd".
+func variantFileKey(name string) bool {
+	return len(name) > 64 && isHex(name[:64]) && variantSuffix(name[64:])
+}
+
+// Variant returns a handle on the verified coding variant of segmentID
+// (size identity bytes, the record's byteLength) when it is on disk, and
+// otherwise starts building it in the background when it can: it never
+// waits for a build. The handle reads the variant's bytes; its Size is
+// the variant's length and its Reader over a complete file suits
+// sendfile(2). Only gzip and zstd have variants.
+func (c *Cache) Variant(segmentID string, size int64, coding compress.Coding) (*Handle, VariantState) {
+	key, ok := parseID(segmentID)
+	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+		return nil, VariantUnavailable
+	}
+	vkey := key + "+" + coding.String()
+	for range maxAttempts {
+		h, st, again := c.variant(segmentID, key, vkey, size, coding)
+		if !again {
+			return h, st
+		}
+	}
+	return nil, VariantUnavailable
+}
+
+func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress.Coding) (*Handle, VariantState, bool) {
+	c.mu.Lock()
+	if c.closed || !c.ready {
+		c.mu.Unlock()
+		return nil, VariantUnavailable, false
+	}
+	vs := c.variantsLocked()
+	if e := c.entries[vkey]; e != nil {
+		if !e.verified {
+			if e.verifying == nil {
+				e.verifying = make(chan struct{})
+				c.wg.Add(1)
+				go c.verifyVariant(e, segmentID, size, coding)
+			}
+			c.mu.Unlock()
+			return nil, VariantBuilding, false
+		}
+		c.lru.MoveToFront(e.elem)
+		now := c.now()
+		touch := now.Sub(e.touched) >= touchInterval
+		if touch {
+			e.touched = now
+		}
+		c.mu.Unlock()
+		h, again, err := c.openComplete(e, touch, now)
+		if err != nil {
+			return nil, VariantUnavailable, false
+		}
+		if again {
+			return nil, VariantUnavailable, true
+		}
+		return h, VariantReady, false
+	}
+	if _, ok := vs.notWorth[vkey]; ok {
+		c.mu.Unlock()
+		return nil, VariantNotWorth, false
+	}
+	if vs.building[vkey] {
+		c.mu.Unlock()
+		return nil, VariantBuilding, false
+	}
+	e := c.entries[key]
+	if e == nil || !e.verified || e.size != size {
+		c.mu.Unlock()
+		return nil, VariantUnavailable, false
+	}
+	// A build reserves the identity size (the encoder stops at 90% of
+	// it). Making that room may evict other files, never the identity
+	// file itself (the build would cost the segment its fast path, and
+	// its fill would then wait for the build's reservation).
+	if e.size+c.reserved+size > c.max { // the most room evicting every other file gives
+		c.mu.Unlock()
+		return nil, VariantUnavailable, false
+	}
+	select {
+	case vs.slots <- struct{}{}:
+	default:
+		c.mu.Unlock()
+		return nil, VariantUnavailable, false // every slot busy: a later request retries
+	}
+	// Opened under mu: the build reads this verified file even if it is
+	// evicted meanwhile.
+	src, err := os.Open(c.path(key))
+	if err != nil {
+		<-vs.slots
+		c.mu.Unlock()
+		return nil, VariantUnavailable, false
+	}
+	c.lru.MoveToFront(e.elem) // evicted last: the check above keeps it
+	victims, ok := c.reserveLocked(size)
+	if !ok {
+		<-vs.slots
+		c.mu.Unlock()
+		src.Close()
+		return nil, VariantUnavailable, false
+	}
+	vs.building[vkey] = true
+	c.wg.Add(1)
+	c.mu.Unlock()
+	c.removeFiles(victims)
+	go c.buildVariant(src, segmentID, vkey, size, coding)
+	return nil, VariantBuilding, false
+}
+
+// buildVariant encodes the identity file into a temporary file, verifies
+// it and renames it into place; or remembers vkey as not worth a variant.
+func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, coding compress.Coding) {
+	defer c.wg.Done()
+	defer src.Close()
+	ctx, cancel := context.WithTimeout(c.ctx, c.fillTimeout)
+	defer cancel()
+	written, tmp, err := c.encodeVariant(ctx, src, segmentID, size, coding)
+	notWorth := false
+	switch {
+	case errors.Is(err, compress.ErrIncompressible):
+		c.variantsIncompressible.Add(1)
+		notWorth = true
+	case errors.Is(err, compress.ErrMismatch):
+		c.variantsRejected.Add(1)
+		notWorth = true
+	}
+	final := c.path(vkey)
+	if err == nil {
+		if err = os.MkdirAll(filepath.Dir(final), 0o750); err == nil {
+			now := c.now()
+			_ = os.Chtimes(tmp, now, now)
+			err = os.Rename(tmp, final)
+		}
+	}
+	if err != nil && tmp != "" {
+		_ = os.Remove(tmp)
+	}
+	c.mu.Lock()
+	vs := c.variantsLocked()
+	delete(vs.building, vkey)
+	<-vs.slots
+	c.reserved -= size
+	if notWorth {
+		if len(vs.notWorth) >= notWorthMax {
+			clear(vs.notWorth)
+		}
+		vs.notWorth[vkey] = struct{}{}
+	}
+	if err == nil {
+		if old := c.entries[vkey]; old != nil {
+			c.dropLocked(old)
+		}
+		e := &entry{key: vkey, size: written, touched: c.now(), verified: true}
+		e.elem = c.lru.PushFront(e)
+		c.entries[vkey] = e
+		c.bytes.Add(written)
+		c.files.Add(1)
+		c.variantsMade.Add(1)
+	}
+	c.mu.Unlock()
+	if err != nil && !errors.Is(err, compress.ErrIncompressible) && c.ctx.Err() == nil {
+		c.warn("disk cache: variant build failed", err)
+	}
+}
+
+// encodeVariant writes the coding variant of the identity file src to
+// a temporary file and verifies it; it returns the file's path and size.
+func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID string, size int64, coding compress.Coding) (int64, string, error) {
+	tf, err := os.CreateTemp(c.tmp, tmpPrefix+"*")
+	if err != nil {
+		return 0, "", unavailable(err)
+	}
+	tmp := tf.Name()
+	written, err := compress.EncodeBounded(coding, tf, &ctxReader{ctx: ctx, r: src}, size)
+	if err == nil && c.hooks.variant != nil {
+		err = c.hooks.variant(tf)
+	}
+	if err == nil {
+		_, err = tf.Seek(0, io.SeekStart)
+	}
+	if err == nil {
+		err = compress.Verify(coding, &ctxReader{ctx: ctx, r: tf}, segmentID, size)
+	}
+	if cerr := tf.Close(); err == nil && cerr != nil {
+		err = unavailable(cerr)
+	}
+	if err == nil {
+		// The file, not the encoder's count, is what readers get.
+		var fi fs.FileInfo
+		if fi, err = os.Stat(tmp); err == nil {
+			written = fi.Size()
+		}
+	}
+	return written, tmp, err
+}
+
+// verifyVariant decodes and hashes a variant file found by the scan before
+// its first use; a file that fails is removed and remembered.
+func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding compress.Coding) {
+	defer c.wg.Done()
+	err := c.checkVariantFile(c.path(e.key), segmentID, size, coding)
+	var p string
+	c.mu.Lock()
+	if c.ctx.Err() != nil {
+		err = nil // closed mid-way: not known bad
+	} else if c.entries[e.key] == e {
+		if err == nil {
+			e.verified = true
+		} else {
+			p = c.dropLocked(e)
+			c.discarded.Add(1)
+			if errors.Is(err, compress.ErrMismatch) {
+				c.variantsRejected.Add(1)
+			}
+		}
+	}
+	close(e.verifying)
+	e.verifying = nil
+	c.mu.Unlock()
+	if p != "" {
+		c.removeFiles([]string{p})
+		c.warn("disk cache: discarded a variant file that failed verification", err)
+	}
+}
+
+func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding compress.Coding) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return compress.Verify(coding, &ctxReader{ctx: c.ctx, r: f}, segmentID, size)
+}
+
+// ctxReader stops a build or verification when ctx ends (Close, the fill
+// timeout), checking between reads of at most copyBufSize.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (r *ctxReader) Read(p []byte) (int, error) {
+	if err := r.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("disk cache: %w", err)
+	}
+	if len(p) > copyBufSize {
+		p = p[:copyBufSize]
+	}
+	return r.r.Read(p)
+}
+
+// variantsBuilding is how many builds run (tests).
+func (c *Cache) variantsBuilding() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.vs == nil {
+		return 0
+	}
+	return len(c.vs.building)
+}

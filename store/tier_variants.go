@@ -1,0 +1,57 @@
+package store
+
+import (
+	"context"
+	"io"
+
+	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/store/disk"
+)
+
+// Variants of large segments: a segment the bytes cache does not hold
+// but whose length is known (from the record cache) has its variants in
+// the disk tier (disk.Cache.Variant), built from its verified identity
+// file, verified, and kept as files in the same budget. The body is the
+// disk tier's reader, so a complete variant file goes out with
+// sendfile(2) like an identity file.
+
+// diskVariant is Variant's step for the disk tier.
+func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, VariantState) {
+	d := c.opts.Disk
+	if d == nil {
+		return nil, 0, VariantUnavailable
+	}
+	size, ok := c.records.size(segmentID)
+	if !ok {
+		return nil, 0, VariantUnavailable
+	}
+	h, st := d.Variant(segmentID, size, coding)
+	switch st {
+	case disk.VariantReady:
+	case disk.VariantBuilding:
+		return nil, 0, VariantBuilding
+	case disk.VariantNotWorth:
+		return nil, 0, VariantNotWorth
+	default:
+		return nil, 0, VariantUnavailable
+	}
+	r, err := h.Reader(context.Background(), 0, -1) // a complete file: ctx unused
+	if err != nil {
+		h.Close()
+		return nil, 0, VariantUnavailable
+	}
+	c.diskReads.Add(1)
+	return &diskBody{h: h, r: r}, h.Size(), VariantReady
+}
+
+// variantStats adds the disk tier's variant counts to the memory tier's.
+func (c *Cached) variantStats() VariantStats {
+	s := c.vt.stats()
+	if d := c.opts.Disk; d != nil {
+		ds := d.Stats()
+		s.Made += int64(ds.VariantsMade)
+		s.Rejected += int64(ds.VariantsRejected)
+		s.Incompressible += int64(ds.VariantsIncompressible)
+	}
+	return s
+}
