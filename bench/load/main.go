@@ -19,7 +19,10 @@
 //	    off, as a control;
 //	(d) forged: 2,000 requests with forged tokens, counting the store
 //	    requests they caused (versitygw access log; the edge's
-//	    caddy_syncular_store_duration_seconds counts for SQLite).
+//	    caddy_syncular_store_duration_seconds counts for SQLite);
+//	(e)–(h) large segments through the disk tier (large.go): a crowd on a
+//	    64 MiB segment cold and warm against file_server, slow readers,
+//	    time to first byte of fill followers, the disk tier after a restart.
 //
 // (a) and (b) alternate edge and plain runs (ABBA order) over several
 // rounds and report medians and ratios, of requests/s and of the serving
@@ -79,6 +82,10 @@ var scenarios = []scenario{
 	{"b", "redirect (hmac_sha256 and template audience, distinct tokens) vs redir", redirectScenario},
 	{"c", "storm: concurrent clients, one segment, proxy mode", stormScenario},
 	{"d", "forged tokens: store requests caused", forgedScenario},
+	{"e", "200 clients, one 64 MiB segment, disk tier cold and warm vs file_server", largeStormScenario},
+	{"f", "100 slow readers of a 64 MiB segment: RSS and fds", slowScenario},
+	{"g", "time to first byte of fill followers vs the leader", ttfbScenario},
+	{"h", "restart: the disk tier serves without store reads", restartScenario},
 }
 
 // selected returns the scenarios -only names, in list order.
