@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -196,6 +197,39 @@ func fdCount(pid int) int {
 	return len(ents)
 }
 
+// fdTargets is where each open file descriptor of pid points.
+func fdTargets(pid int) map[string]string {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(dir)
+	out := map[string]string{}
+	for _, e := range ents {
+		t, _ := os.Readlink(filepath.Join(dir, e.Name()))
+		out[e.Name()] = t
+	}
+	return out
+}
+
+// logWarnings logs the edge's last warning and error lines (why a client
+// failed).
+func logWarnings(p *proc, what string) {
+	b, _ := os.ReadFile(p.log)
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, `"level":"warn"`) || strings.Contains(l, `"level":"error"`) {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	for _, l := range lines {
+		if len(l) > 600 {
+			l = l[:600]
+		}
+		log.Printf("%s: edge log: %s", what, l)
+	}
+}
+
 // errWrongBytes marks a body that differs from the segment: the bench
 // stops on it.
 var errWrongBytes = errors.New("wrong bytes")
@@ -258,6 +292,7 @@ type crowd struct {
 	ttfb        []time.Duration // per client, in start order
 	bytes       []int
 	firstErr    error
+	fails       map[string]int // failed clients by error text
 }
 
 // runCrowd starts n clients at once (after delay(i) each), the i-th on
@@ -266,7 +301,7 @@ func runCrowd(n int, urlOf func(int) string, want []byte, rate int, limit time.D
 	tr := &http.Transport{MaxIdleConnsPerHost: n, DisableCompression: true, DisableKeepAlives: limit > 0}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 3 * time.Minute}
-	c := &crowd{clients: n, ttfb: make([]time.Duration, n), bytes: make([]int, n)}
+	c := &crowd{clients: n, ttfb: make([]time.Duration, n), bytes: make([]int, n), fails: map[string]int{}}
 	urls := make([]string, n)
 	for i := range n {
 		urls[i] = urlOf(i) // tokens signed before the clock starts
@@ -294,6 +329,11 @@ func runCrowd(n int, urlOf func(int) string, want []byte, rate int, limit time.D
 				wrong.CompareAndSwap(nil, err)
 			}
 			mu.Lock()
+			msg := err.Error()
+			if len(msg) > 80 {
+				msg = msg[:80]
+			}
+			c.fails[msg]++
 			if c.firstErr == nil {
 				c.firstErr = err
 			}

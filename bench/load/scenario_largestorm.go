@@ -79,6 +79,10 @@ http://127.0.0.1:%d {
 				return fmt.Errorf("%s warm: %w", name, err)
 			}
 			rd.coldReads, rd.warmReads = reads1-reads0, edge.storeReads()-reads1
+			if rd.cold.ok+rd.warm.ok < 2*(*flagClients) {
+				log.Printf("(e) %s: failed clients cold %v, warm %v", name, rd.cold.fails, rd.warm.fails)
+				logWarnings(edge.proc, name)
+			}
 			rd.rssPeak, _ = procStatus(edge.pid(), "VmHWM")
 			edge.stop()
 			if r%2 == 1 {
@@ -129,6 +133,18 @@ func largeStormMarkdown(w func(string, ...any), results []*largeStormResult) {
 			median(coldR), verdict(median(coldR) >= 0.8), fmtList(coldR, 2),
 			median(warmR), verdict(median(warmR) >= 1.0), fmtList(warmR, 2),
 			mib(idle), mib(peak), mib(peak-idle), verdict(rssOK))
+	}
+	for _, res := range results {
+		for i, rd := range res.rounds {
+			for _, c := range []struct {
+				what string
+				c    *crowd
+			}{{"cold", rd.cold}, {"warm", rd.warm}, {"file_server", rd.plain}} {
+				if len(c.c.fails) > 0 {
+					w("\n- %s round %d, %s: failed clients (not a wrong byte; a wrong byte stops the bench): %v", backendName(res.backend), i+1, c.what, c.c.fails)
+				}
+			}
+		}
 	}
 	w("\nTarget: all clients right in every run, exactly one store read of the bytes per cold run and none warm.\n\n")
 }

@@ -5,6 +5,7 @@ import (
 	"log"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -23,6 +24,7 @@ type slowResult struct {
 	fdBase, fdPeak, fdLast int
 	fdBack                 time.Duration // after the last client left; -1: not back
 	minBytes, maxBytes     int
+	extraFDs               []string // after: open, not open at the baseline
 }
 
 // slowScenario is (f): slowClients clients read the cold 64 MiB segment
@@ -41,6 +43,7 @@ func slowScenario(e *env, rep *report) error {
 			return err
 		}
 		res := &slowResult{backend: b, fdBase: fdCount(edge.pid())}
+		base := fdTargets(edge.pid())
 		res.rssIdle, _ = procStatus(edge.pid(), "VmRSS")
 		reads0 := edge.storeReads()
 		stop := make(chan struct{})
@@ -74,6 +77,15 @@ func slowScenario(e *env, rep *report) error {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		if res.fdBack < 0 {
+			for fd, t := range fdTargets(edge.pid()) {
+				if base[fd] != t {
+					log.Printf("(f) %s: fd %s → %s (not open at the baseline)", b, fd, t)
+					res.extraFDs = append(res.extraFDs, t)
+				}
+			}
+			slices.Sort(res.extraFDs)
+		}
 		res.reads = edge.storeReads() - reads0
 		res.rssPeak, _ = procStatus(edge.pid(), "VmHWM")
 		res.minBytes, res.maxBytes = slices.Min(res.crowd.bytes), slices.Max(res.crowd.bytes)
@@ -91,6 +103,8 @@ func slowScenario(e *env, rep *report) error {
 			back := "**no** (after 15 s)"
 			if r.fdBack >= 0 {
 				back = "yes, " + durMs(r.fdBack) + " after the last client left"
+			} else if len(r.extraFDs) > 0 {
+				back += "; still open: " + strings.Join(r.extraFDs, ", ")
 			}
 			w("| %s | %d / %d | %.1f–%.1f MiB | %d | %.1f → %.1f MiB (+%.1f; target ≤ +96: %s) | %d → %d → %d | %s |\n",
 				backendName(r.backend), r.crowd.ok, r.crowd.clients, float64(r.minBytes)/(1<<20), float64(r.maxBytes)/(1<<20), r.reads,
