@@ -163,7 +163,14 @@ func (le *largeEdge) storeReads() int {
 
 // metricSum sums every series of the metric name on the admin endpoint.
 func metricSum(admin int, name string) (float64, error) {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", admin))
+	// No keep-alive: (f) counts the edge's open fds, this request's
+	// connection must not be among them.
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", admin), nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return 0, err
 	}
