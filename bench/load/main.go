@@ -20,6 +20,9 @@
 //	(d) forged: 2,000 requests with forged tokens, counting the store
 //	    requests they caused (versitygw access log; the edge's
 //	    caddy_syncular_store_duration_seconds counts for SQLite);
+//	(e)–(h) large segments through the disk tier (large.go): a crowd on a
+//	    64 MiB segment cold and warm against file_server, slow readers,
+//	    time to first byte of fill followers, the disk tier after a restart.
 //	(i) compress: bytes on the wire per download (identity, gzip, zstd)
 //	    of a 50,000-row SQLite image and rows segment, encode time, and a
 //	    zstd cache hit against an identity cache hit (256 KiB, 8 MiB).
@@ -82,6 +85,10 @@ var scenarios = []scenario{
 	{"b", "redirect (hmac_sha256 and template audience, distinct tokens) vs redir", redirectScenario},
 	{"c", "storm: concurrent clients, one segment, proxy mode", stormScenario},
 	{"d", "forged tokens: store requests caused", forgedScenario},
+	{"e", "200 clients, one 64 MiB segment, disk tier cold and warm vs file_server", largeStormScenario},
+	{"f", "100 slow readers of a 64 MiB segment: RSS and fds", slowScenario},
+	{"g", "time to first byte of fill followers vs the leader", ttfbScenario},
+	{"h", "restart: the disk tier serves without store reads", restartScenario},
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
 }
 

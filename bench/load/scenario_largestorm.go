@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"path/filepath"
+	"time"
+)
+
+// largeRound is one round of (e) for one backend: a fresh edge (empty
+// disk directory) answers the crowd cold (its clients trigger the fill),
+// then warm (the segment on disk); file_server answers the same crowd.
+type largeRound struct {
+	cold, warm, plain    *crowd
+	coldReads, warmReads int
+	rssIdle, rssPeak     int64 // KiB
+	coldRatio, warmRatio float64
+}
+
+type largeStormResult struct {
+	backend string
+	rounds  []*largeRound
+}
+
+// largeStormScenario is (e): *flagClients concurrent clients, each with
+// its own token, download one 64 MiB segment through the disk tier, from
+// SQLite (`serve`) and S3 (`proxy`), against stock Caddy's file_server
+// serving the same file to the same crowd; sides alternate per round.
+func largeStormScenario(e *env, rep *report) error {
+	l, err := e.large()
+	if err != nil {
+		return err
+	}
+	plainPort := freePort()
+	plain, err := e.startCaddy("large-plain", *flagPlain, fmt.Sprintf(globalOpts, freePort())+fmt.Sprintf(`
+http://127.0.0.1:%d {
+	root * %s
+	file_server
+}
+`, plainPort, l.www))
+	if err != nil {
+		return err
+	}
+	defer plain.stop()
+	tok := e.token(l.id, time.Now().Add(time.Hour))
+	if err := waitHTTP(plain, segURL(plainPort, l.id, tok)); err != nil {
+		return err
+	}
+	plainURL := func(i int) string {
+		return segURL(plainPort, l.id, e.token(l.id, time.Now().Add(time.Hour+time.Duration(i)*time.Second)))
+	}
+	var results []*largeStormResult
+	for _, b := range largeBackends {
+		res := &largeStormResult{backend: b}
+		for r := range *flagLargeRounds {
+			rd := &largeRound{}
+			runPlain := func() error {
+				c, err := runCrowd(*flagClients, plainURL, l.bytes, 0, 0, nil)
+				rd.plain = c
+				return err
+			}
+			if r%2 == 0 {
+				if err := runPlain(); err != nil {
+					return fmt.Errorf("file_server: %w", err)
+				}
+			}
+			name := fmt.Sprintf("large-%s-%d", b, r)
+			edge, err := e.startLargeEdge(name, b, filepath.Join(e.dir, name+"-disk"))
+			if err != nil {
+				return err
+			}
+			rd.rssIdle, _ = procStatus(edge.pid(), "VmRSS")
+			reads0 := edge.storeReads()
+			if rd.cold, err = runCrowd(*flagClients, edge.url, l.bytes, 0, 0, nil); err != nil {
+				return fmt.Errorf("%s cold: %w", name, err)
+			}
+			reads1 := edge.storeReads()
+			if rd.warm, err = runCrowd(*flagClients, edge.url, l.bytes, 0, 0, nil); err != nil {
+				return fmt.Errorf("%s warm: %w", name, err)
+			}
+			rd.coldReads, rd.warmReads = reads1-reads0, edge.storeReads()-reads1
+			if rd.cold.ok+rd.warm.ok < 2*(*flagClients) {
+				log.Printf("(e) %s: failed clients cold %v, warm %v", name, rd.cold.fails, rd.warm.fails)
+				logWarnings(edge.proc, name)
+			}
+			rd.rssPeak, _ = procStatus(edge.pid(), "VmHWM")
+			edge.stop()
+			if r%2 == 1 {
+				if err := runPlain(); err != nil {
+					return fmt.Errorf("file_server: %w", err)
+				}
+			}
+			rd.coldRatio = rd.plain.took.Seconds() / rd.cold.took.Seconds()
+			rd.warmRatio = rd.plain.took.Seconds() / rd.warm.took.Seconds()
+			log.Printf("(e) %s round %d: plain %s (%d ok), cold %s (%d ok, %d store reads), warm %s (%d ok, %d store reads), RSS idle %.1f MiB peak %.1f MiB (first errors: %v / %v / %v)",
+				b, r+1, rd.plain.took.Round(time.Millisecond), rd.plain.ok, rd.cold.took.Round(time.Millisecond), rd.cold.ok, rd.coldReads,
+				rd.warm.took.Round(time.Millisecond), rd.warm.ok, rd.warmReads, mib(rd.rssIdle), mib(rd.rssPeak),
+				rd.plain.firstErr, rd.cold.firstErr, rd.warm.firstErr)
+			res.rounds = append(res.rounds, rd)
+		}
+		results = append(results, res)
+	}
+	rep.addSection(func(w func(string, ...any)) { largeStormMarkdown(w, results) })
+	return nil
+}
+
+func largeStormMarkdown(w func(string, ...any), results []*largeStormResult) {
+	w("## (e) %d concurrent clients, one 64 MiB segment, disk tier, against file_server\n\n", *flagClients)
+	w("Every client has its own token and compares every byte it receives with the segment (a wrong byte stops the bench). Per round a fresh edge with an empty disk directory answers the crowd **cold** (these clients trigger the one fill) and then **warm** (the segment on disk); stock Caddy's `file_server` answers the same crowd for the same file; the plain run goes first in even rounds, last in odd ones. Ratio = file_server wall time / edge wall time (higher is better for the edge). Store reads of the bytes: S3, `s3_GetObject` lines of the object key in versitygw's access log; SQLite, `caddy_syncular_disk_fills_total` (one blob read each). RSS target: peak (VmHWM, whole edge life: cold and warm) ≤ idle + 64 MiB (`max_bytes`) + 32 MiB.\n\n")
+	w("| backend | right bytes cold / warm / plain | store reads cold / warm | wall time cold (median) | warm (median) | file_server (median) | ratio cold (median of rounds) | ratio warm (median of rounds) | RSS idle → peak (max of rounds) |\n|---|---|---|---:|---:|---:|---|---|---|\n")
+	for _, res := range results {
+		var coldT, warmT, plainT, coldR, warmR []float64
+		okC, okW, okP, n := 0, 0, 0, 0
+		readsC, readsW := []int{}, []int{}
+		var idle, peak int64
+		rssOK := true
+		for _, rd := range res.rounds {
+			coldT = append(coldT, rd.cold.took.Seconds())
+			warmT = append(warmT, rd.warm.took.Seconds())
+			plainT = append(plainT, rd.plain.took.Seconds())
+			coldR = append(coldR, rd.coldRatio)
+			warmR = append(warmR, rd.warmRatio)
+			okC, okW, okP, n = okC+rd.cold.ok, okW+rd.warm.ok, okP+rd.plain.ok, n+rd.cold.clients
+			readsC, readsW = append(readsC, rd.coldReads), append(readsW, rd.warmReads)
+			if rd.rssPeak-rd.rssIdle > peak-idle {
+				idle, peak = rd.rssIdle, rd.rssPeak
+			}
+			rssOK = rssOK && rd.rssPeak <= rd.rssIdle+budgetKiB
+		}
+		w("| %s | %d / %d / %d of %d | %v / %v | %.2f s | %.2f s | %.2f s | **%.2f×** (target ≥ 0.8×: %s; rounds %s) | **%.2f×** (target ≥ 1.0×: %s; rounds %s) | %.1f → %.1f MiB (+%.1f; target ≤ +96: %s) |\n",
+			backendName(res.backend), okC, okW, okP, n, readsC, readsW,
+			median(coldT), median(warmT), median(plainT),
+			median(coldR), verdict(median(coldR) >= 0.8), fmtList(coldR, 2),
+			median(warmR), verdict(median(warmR) >= 1.0), fmtList(warmR, 2),
+			mib(idle), mib(peak), mib(peak-idle), verdict(rssOK))
+	}
+	for _, res := range results {
+		for i, rd := range res.rounds {
+			for _, c := range []struct {
+				what string
+				c    *crowd
+			}{{"cold", rd.cold}, {"warm", rd.warm}, {"file_server", rd.plain}} {
+				if len(c.c.fails) > 0 {
+					w("\n- %s round %d, %s: failed clients (not a wrong byte; a wrong byte stops the bench): %v", backendName(res.backend), i+1, c.what, c.c.fails)
+				}
+			}
+		}
+	}
+	w("\nTarget: all clients right in every run, exactly one store read of the bytes per cold run and none warm.\n\n")
+}
