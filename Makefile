@@ -50,6 +50,8 @@ vet:
 unit:
 	scripts/tools.sh versitygw
 	$(GO) test -race -count=1 $(UNIT_PKGS)
+	# Allocation counts (sync.Pool drops items under -race, so these skip there).
+	$(GO) test -count=1 -run 'Alloc' ./token/ ./caddymodule/ ./compress/
 
 # The vector tests are part of `unit`; this target runs only them.
 vectors:
