@@ -5,7 +5,6 @@ import (
 	"io"
 
 	"github.com/syncular/caddy-syncular/compress"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // Variants of large segments: a segment the bytes cache does not hold
@@ -26,14 +25,8 @@ func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadC
 		return nil, 0, VariantUnavailable
 	}
 	h, st := d.Variant(segmentID, size, coding)
-	switch st {
-	case disk.VariantReady:
-	case disk.VariantBuilding:
-		return nil, 0, VariantBuilding
-	case disk.VariantNotWorth:
-		return nil, 0, VariantNotWorth
-	default:
-		return nil, 0, VariantUnavailable
+	if st != VariantReady {
+		return nil, 0, st
 	}
 	r, err := h.Reader(context.Background(), 0, -1) // a complete file: ctx unused
 	if err != nil {

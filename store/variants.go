@@ -13,26 +13,20 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
-// VariantState says what Cached.Variant found for a (segment, coding).
-type VariantState uint8
+// VariantState says what Cached.Variant found for a (segment, coding):
+// the disk tier's states, which mean the same in memory (Ready: the body
+// is the variant; Building, NotWorth, Unavailable: answer identity).
+type VariantState = disk.VariantState
 
+// The states, as the disk tier names them.
 const (
-	// VariantReady: the variant is held; the body is its bytes.
-	VariantReady VariantState = iota
-	// VariantBuilding: a build is under way (started by this call or an
-	// earlier one); answer identity meanwhile.
-	VariantBuilding
-	// VariantNotWorth: the segment is remembered as not shrinking by 10%
-	// with this coding (or its variant failed verification); answer
-	// identity.
-	VariantNotWorth
-	// VariantUnavailable: no variant, and none can be built now (the
-	// identity bytes are not held in memory: too large for the bytes
-	// cache, not read yet, cache off; or the build slots or the byte
-	// budget are full); answer identity.
-	VariantUnavailable
+	VariantReady       = disk.VariantReady
+	VariantBuilding    = disk.VariantBuilding
+	VariantNotWorth    = disk.VariantNotWorth
+	VariantUnavailable = disk.VariantUnavailable
 )
 
 // VariantStore is a store that keeps content-coded variants of segments

@@ -52,12 +52,7 @@ func (c *Cache) get(ctx context.Context, key string, size int64, src Source) (h 
 				return nil, false, ctx.Err()
 			}
 		default:
-			c.lru.MoveToFront(e.elem)
-			now := c.now()
-			touch := now.Sub(e.touched) >= touchInterval
-			if touch {
-				e.touched = now
-			}
+			touch, now := c.useLocked(e)
 			c.mu.Unlock()
 			return c.openComplete(e, touch, now)
 		}
@@ -420,4 +415,15 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 		return n, w.diskErr
 	}
 	return n, nil
+}
+
+// useLocked marks e most recently used and says whether its file's times
+// are due a touch (at most every touchInterval); c.mu is held.
+func (c *Cache) useLocked(e *entry) (touch bool, now time.Time) {
+	c.lru.MoveToFront(e.elem)
+	now = c.now()
+	if touch = now.Sub(e.touched) >= touchInterval; touch {
+		e.touched = now
+	}
+	return touch, now
 }

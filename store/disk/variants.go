@@ -115,12 +115,7 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 			c.mu.Unlock()
 			return nil, VariantBuilding, false
 		}
-		c.lru.MoveToFront(e.elem)
-		now := c.now()
-		touch := now.Sub(e.touched) >= touchInterval
-		if touch {
-			e.touched = now
-		}
+		touch, now := c.useLocked(e)
 		c.mu.Unlock()
 		h, again, err := c.openComplete(e, touch, now)
 		if err != nil {
