@@ -112,8 +112,33 @@ func parseNumber(text string, sp span) float64 {
 	if lit == "1" {
 		return 1 // v, every time
 	}
+	if f, ok := parseSmallInt(lit); ok {
+		return f // exp, every time
+	}
 	f, _ := strconv.ParseFloat(lit, 64)
 	return f
+}
+
+// parseSmallInt converts a literal of at most 15 digits with an optional
+// '-', and nothing else, exactly: every such integer is a float64, so the
+// result is the one ParseFloat rounds to (negative zero included).
+func parseSmallInt(lit string) (float64, bool) {
+	digits := strings.TrimPrefix(lit, "-")
+	if len(digits) == 0 || len(digits) > 15 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if len(digits) < len(lit) {
+		return -float64(n), true // -0 for "-0", as ParseFloat
+	}
+	return float64(n), true
 }
 
 // stringValue returns the string literal's value: a substring of text when
@@ -341,10 +366,13 @@ func (d *claimsDecoder) skipArray() bool {
 func (d *claimsDecoder) str() (start, end int, escaped, ok bool) {
 	d.i++ // '"'
 	start = d.i
-	for d.i < len(d.s) {
-		if !strSpecial[d.s[d.i]] {
+	for {
+		d.i = skipPlain(d.s, d.i)
+		for d.i < len(d.s) && !strSpecial[d.s[d.i]] {
 			d.i++
-			continue
+		}
+		if d.i >= len(d.s) {
+			break
 		}
 		switch c := d.s[d.i]; {
 		case c == '"':
@@ -372,6 +400,34 @@ func (d *claimsDecoder) str() (start, end int, escaped, ok bool) {
 		}
 	}
 	return 0, 0, false, false
+}
+
+// skipPlain returns the index of the first 8-byte word at or after i
+// that holds a byte strSpecial marks, or of the last partial word: a
+// string literal's contents are mostly long runs of ordinary bytes (hex
+// digests, base64url audiences), which it passes a word at a time; str
+// then finds the byte within the word. (The zero-byte tests below can
+// also flag a byte above a special one, after a borrow, never a word
+// without one.)
+func skipPlain(s string, i int) int {
+	const (
+		ones = 0x0101010101010101
+		high = 0x8080808080808080
+	)
+	for i+8 <= len(s) {
+		w := s[i : i+8]
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q := x ^ (ones * '"')
+		b := x ^ (ones * '\\')
+		// A zero byte in q or b is a quote or a backslash; a byte below
+		// 0x20 in x is a control character.
+		if ((q-ones)&^q|(b-ones)&^b|(x-ones*0x20)&^x)&high != 0 {
+			return i
+		}
+		i += 8
+	}
+	return i
 }
 
 // strSpecial marks the bytes str must look at: '"', '\\' and the

@@ -2,7 +2,9 @@ package token
 
 import (
 	"math"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,6 +308,71 @@ func TestVerifyConcurrent(t *testing.T) {
 	for range 8 {
 		if err := <-done; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestSkipPlain: skipPlain never passes a quote, a backslash or a control
+// byte, wherever it sits in a word, beside any other byte (borrows from
+// one byte of a word into the next included).
+func TestSkipPlain(t *testing.T) {
+	bytesOf := []byte{0, 0x1f, 0x20, 0x21, '"', 0x23, 0x5b, '\\', 0x5d, 0x7f, 0x80, 0xa2, 0xdc, 0xff, 'a'}
+	r := rand.New(rand.NewPCG(5, 6))
+	for n := 0; n < 200000; n++ {
+		b := make([]byte, r.IntN(40))
+		for j := range b {
+			if r.IntN(4) == 0 {
+				b[j] = bytesOf[r.IntN(len(bytesOf))]
+			} else {
+				b[j] = 'a' + byte(r.IntN(26))
+			}
+		}
+		s := string(b)
+		from := 0
+		if len(s) > 0 {
+			from = r.IntN(len(s))
+		}
+		got := skipPlain(s, from)
+		if got < from || got > len(s) {
+			t.Fatalf("skipPlain(%q, %d) = %d: out of range", s, from, got)
+		}
+		for k := from; k < got; k++ {
+			if strSpecial[s[k]] {
+				t.Fatalf("skipPlain(%q, %d) = %d passed byte %#x at %d", s, from, got, s[k], k)
+			}
+		}
+		if got < len(s) && len(s)-got >= 8 && (got-from)%8 != 0 {
+			t.Fatalf("skipPlain(%q, %d) = %d: not a word boundary", s, from, got)
+		}
+	}
+	// A run of ordinary bytes is passed whole words at a time.
+	if got := skipPlain(strings.Repeat("ab", 20)+`"`, 0); got != 40 {
+		t.Fatalf("plain run: stopped at %d, want 40", got)
+	}
+}
+
+// TestParseSmallInt holds the integer fast path to strconv.ParseFloat.
+func TestParseSmallInt(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	cases := []string{"0", "-0", "1", "-1", "9", "1764590000", "999999999999999", "-999999999999999",
+		"1000000000000000", "9007199254740993", "1e3", "1.5", "-", "", "12a", "--1"}
+	for range 20000 {
+		s := strconv.FormatInt(r.Int64N(1_000_000_000_000_000)>>r.IntN(60), 10)
+		if r.IntN(2) == 0 {
+			s = "-" + s
+		}
+		cases = append(cases, s)
+	}
+	for _, s := range cases {
+		got, ok := parseSmallInt(s)
+		want, err := strconv.ParseFloat(s, 64)
+		digits := strings.TrimPrefix(s, "-")
+		simple := err == nil && len(digits) > 0 && len(digits) <= 15 && strings.Trim(digits, "0123456789") == ""
+		if ok != simple {
+			t.Fatalf("parseSmallInt(%q): ok=%v, want %v", s, ok, simple)
+		}
+		if ok && (got != want || math.Signbit(got) != math.Signbit(want)) {
+			t.Fatalf("parseSmallInt(%q) = %v, ParseFloat = %v", s, got, want)
 		}
 	}
 }
