@@ -56,6 +56,14 @@ func FuzzSegmentFromPath(f *testing.F) {
 			u = &url.URL{Path: p} // a raw path the parser refuses: still no panic
 		}
 		id, ok := segmentFromPath(u)
+		// The shortcut for URLs without RawPath agrees with the
+		// definition; URLs built by hand (not by the parser) too.
+		for _, v := range []*url.URL{u, {Path: u.Path}, {Path: u.Path, RawPath: u.EscapedPath()}} {
+			got, gotOK := segmentFromPath(v)
+			if want, wantOK := segmentFromEscapedPath(v); got != want || gotOK != wantOK {
+				t.Fatalf("%q as %#v: segmentFromPath = %q %v, by definition %q %v", p, v, got, gotOK, want, wantOK)
+			}
+		}
 		if !ok {
 			if id != "" {
 				t.Fatalf("refused path returned id %q", id)

@@ -70,7 +70,25 @@ func hashHidesToken(r *http.Request) bool {
 
 // segmentFromPath returns the last element of the request path,
 // percent-decoded, when it is a well-formed segment id.
+//
+// When the URL has no RawPath, its escaped form is the default encoding
+// of Path, which escapes no '/' and maps each decoded byte back one to
+// one: the last element of Path is then the decoded last element itself,
+// and is read without escaping the path and unescaping it again.
 func segmentFromPath(u *url.URL) (string, bool) {
+	if u.RawPath == "" {
+		id := u.Path[strings.LastIndexByte(u.Path, '/')+1:]
+		if !store.ValidSegmentID(id) {
+			return "", false
+		}
+		return id, true
+	}
+	return segmentFromEscapedPath(u)
+}
+
+// segmentFromEscapedPath is segmentFromPath by the definition: the last
+// element of the escaped path, unescaped.
+func segmentFromEscapedPath(u *url.URL) (string, bool) {
 	p := u.EscapedPath()
 	last := p[strings.LastIndexByte(p, '/')+1:]
 	if len(last) > 3*71 {
