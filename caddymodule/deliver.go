@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,35 +31,34 @@ const (
 // the answers that succeed; a refusal on the way carries none of them.
 func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant, d *decision) {
 	d.setDelivery(h.Delivery)
-	if streams := h.Delivery != DeliveryRedirect || h.streamsLegacy(g.rec); streams && h.notModified(r, g.segID) {
-		setGrantHeaders(w.Header(), g, g.maxAge())
-		h.setNotModifiedHeaders(w.Header(), r, g.segID)
-		d.setOutcome(outcomeNotModified)
-		w.WriteHeader(http.StatusNotModified)
-		return
-	} else if inm := r.Header.Get("If-None-Match"); !streams && inm != "" && etagMatches(inm, g.etag()) {
-		setGrantHeaders(w.Header(), g, g.maxAge())
-		d.setOutcome(outcomeNotModified)
-		w.WriteHeader(http.StatusNotModified)
-		return
-	}
-	switch h.Delivery {
-	case DeliveryRedirect:
+	if h.Delivery == DeliveryRedirect {
 		if h.streamsLegacy(g.rec) {
 			// Fall-back 1: the object carries a legacy record header
 			// a client following the redirect would receive.
 			d.legacy = true
 			d.setDelivery(deliveryStreamLegacy)
-			h.serve(w, r, g, d)
+			h.stream(w, r, g, d)
 			return
 		}
 		h.redirect(w, r, g, d)
-	case DeliveryProxy:
-		// The store is S3: the object streams through the edge.
-		h.serve(w, r, g, d)
-	default: // DeliveryServe: the store's bytes (SQLite, or S3 streamed).
-		h.serve(w, r, g, d)
+		return
 	}
+	// Proxy (the S3 object streams through the edge) and serve (the
+	// store's bytes, SQLite or S3 streamed).
+	h.stream(w, r, g, d)
+}
+
+// stream answers with the bytes: 304 when If-None-Match names what a GET
+// would send now, else serve.
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, g grant, d *decision) {
+	if h.notModified(r, g.segID) {
+		setGrantHeaders(w.Header(), g, g.maxAge())
+		h.setNotModifiedHeaders(w.Header(), r, g.segID)
+		d.setOutcome(outcomeNotModified)
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.serve(w, r, g, d)
 }
 
 // setGrantHeaders sets the headers of every successful answer: the ETag,
@@ -70,15 +70,40 @@ func setGrantHeaders(hdr http.Header, g grant, maxAge int64) {
 	hdr["Etag"], hdr["Cache-Control"] = vals[0:1:1], vals[1:2:2]
 }
 
-// setRedirectHeaders sets the headers of a redirect: those of
-// setGrantHeaders, and the Location. The three values share one slice (each
-// capped at its own element, so an append elsewhere copies) and the two
-// texts one string: two allocations where Header.Set makes five.
-func setRedirectHeaders(hdr http.Header, g grant, maxAge int64, location string) {
-	vals := make([]string, 3)
-	vals[0], vals[1] = grantHeaderText(g.segID, maxAge)
-	vals[2] = location
-	hdr["Etag"], hdr["Cache-Control"], hdr["Location"] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+// setRedirectHeaders sets the headers of a redirect: the Location, and a
+// Cache-Control that lets only the client's own cache keep the 302 while
+// its URL is valid (maxAge seconds). The two values share one slice, each
+// capped at its own element so an append elsewhere copies.
+//
+// A 302 carries no ETag: a cache revalidating a stale 302 with
+// If-None-Match would, on a 304, keep its stored Location, a presigned
+// URL that has expired by then. The redirect answer ignores
+// If-None-Match altogether, as RFC 9110 section 13.2.1 requires of an
+// answer that would not be 2xx without the precondition.
+func setRedirectHeaders(hdr http.Header, maxAge int64, location string) {
+	vals := make([]string, 2)
+	vals[0], vals[1] = redirectCacheControl(maxAge), location
+	hdr["Cache-Control"], hdr["Location"] = vals[0:1:1], vals[1:2:2]
+}
+
+// maxAgeTexts holds "private, max-age=N" for the lifetimes a presigned URL
+// usually has left (presign_ttl defaults to 60 s), built once, so a
+// redirect does not format one per request.
+var maxAgeTexts = sync.OnceValue(func() []string {
+	t := make([]string, 601)
+	for i := range t {
+		t[i] = "private, max-age=" + strconv.Itoa(i)
+	}
+	return t
+})
+
+// redirectCacheControl is the Cache-Control of a redirect whose URL has
+// maxAge seconds left.
+func redirectCacheControl(maxAge int64) string {
+	if t := maxAgeTexts(); maxAge >= 0 && maxAge < int64(len(t)) {
+		return t[maxAge]
+	}
+	return "private, max-age=" + strconv.FormatInt(max(maxAge, 0), 10)
 }
 
 // grantHeaderText is the ETag and the Cache-Control value of a grant,
@@ -203,7 +228,7 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *d
 	if errors.Is(err, presign.ErrS3GrantTooShort) || errors.Is(err, presign.ErrS3GrantEnded) {
 		// Fall-back 2: the grant is too short for any URL.
 		d.setDelivery(DeliveryProxy)
-		h.serve(w, r, g, d)
+		h.stream(w, r, g, d)
 		return
 	}
 	if err != nil {
@@ -214,7 +239,7 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *d
 	if life < 0 {
 		life = 0
 	}
-	setRedirectHeaders(w.Header(), g, life, u)
+	setRedirectHeaders(w.Header(), life, u)
 	d.setOutcome(outcomeGranted)
 	w.WriteHeader(http.StatusFound)
 }

@@ -55,6 +55,8 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 	}
 	target := "/sync/segments/" + url.PathEscape(id) + "?st=" + mintToken(id, digestA, "aud:p1", end.Add(time.Hour))
 
+	etag := `"` + id + `"`
+	inm := map[string]string{"If-None-Match": etag}
 	for _, tc := range []struct {
 		left     time.Duration // grant left at now
 		redirect bool
@@ -85,10 +87,23 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 				if cc := rr.Header().Get("Cache-Control"); cc != "private, max-age="+strconv.FormatInt(int64(tc.left/time.Second), 10) {
 					t.Fatalf("%v left: Cache-Control %q", tc.left, cc)
 				}
+				// Streamed bytes are a 200: If-None-Match applies.
+				if nm, _ := serve(t, h, method, target, inm); nm.Code != http.StatusNotModified || nm.Header().Get("ETag") != etag {
+					t.Fatalf("%v left, %s, If-None-Match: status %d, ETag %q; want 304", tc.left, method, nm.Code, nm.Header().Get("ETag"))
+				}
 				continue
 			}
 			if rr.Code != http.StatusFound {
 				t.Fatalf("%v left, %s: status %d, want 302", tc.left, method, rr.Code)
+			}
+			// A 302 carries no ETag, and If-None-Match does not turn it
+			// into a 304 (RFC 9110 13.2.1): a cache revalidating a stale
+			// 302 would keep its expired Location.
+			if e := rr.Header().Get("ETag"); e != "" {
+				t.Fatalf("%v left, %s: 302 with ETag %q", tc.left, method, e)
+			}
+			if nm, _ := serve(t, h, method, target, inm); nm.Code != http.StatusFound || nm.Header().Get("Location") == "" || nm.Header().Get("ETag") != "" {
+				t.Fatalf("%v left, %s, If-None-Match: status %d, headers %v; want the 302", tc.left, method, nm.Code, nm.Header())
 			}
 			loc, err := url.Parse(rr.Header().Get("Location"))
 			if err != nil {
