@@ -51,7 +51,8 @@ func benchServeHTTP(b *testing.B, h *Handler, target string, wantStatus int, wan
 	b.RunParallel(func(pb *testing.PB) {
 		req := httptest.NewRequest(http.MethodGet, target, nil)
 		repl := caddyhttp.NewTestReplacer(req)
-		req = req.WithContext(context.WithValue(req.Context(), caddy.ReplacerCtxKey, repl))
+		ctx := context.WithValue(req.Context(), caddy.ReplacerCtxKey, repl)
+		req = req.WithContext(context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{}))
 		w := &discardWriter{hdr: http.Header{}}
 		for pb.Next() {
 			clear(w.hdr)

@@ -27,8 +27,9 @@ const (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	h.life.enter()
 	defer h.life.leave()
-	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	d := &decision{ph: placeholdersFor(repl), slot: -1}
+	ctx := r.Context()
+	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	d := &decision{ph: placeholdersFor(ctx, repl), slot: -1}
 	defer h.finish(d)
 
 	// 1. Verify: the request's shape, then the token.

@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"context"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // The handler publishes these placeholders for logs and headers (known
@@ -39,10 +41,11 @@ var placeholderNames = [numPlaceholders]string{
 	phReason:    "reason",
 }
 
-// placeholderState is the key under which a replacer's placeholders
-// value answers with itself, so a second pass through the handler on the
-// same request (an error route, say) finds it instead of adding another
-// provider. A NUL cannot be written in a Caddyfile placeholder.
+// placeholderState is the key under which a request's placeholders are
+// kept in its vars, and under which their provider answers with itself,
+// so a second pass through the handler on the same request (an error
+// route, say) finds them instead of adding another provider. A NUL cannot
+// be written in a Caddyfile placeholder ({http.vars.*} included).
 const placeholderState = placeholderPrefix + "\x00state"
 
 // placeholders holds the {http.syncular.*} values of one request and
@@ -59,17 +62,32 @@ type placeholders struct {
 
 // placeholdersFor returns the placeholders of the request whose replacer
 // is repl, adding the provider on first use; nil without a replacer.
-func placeholdersFor(repl *caddy.Replacer) *placeholders {
+//
+// The request's placeholders are found again through its vars (the map
+// Caddy's server puts in every request's context), under the same key the
+// provider answers: one map read, where asking the replacer would run
+// every provider it has (the http one included) for a key none of them
+// knows, on every request. A request without vars (outside Caddy's
+// server) asks the replacer.
+func placeholdersFor(ctx context.Context, repl *caddy.Replacer) *placeholders {
 	if repl == nil {
 		return nil
 	}
-	if v, ok := repl.Get(placeholderState); ok {
+	vars, _ := ctx.Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if vars != nil {
+		if p, ok := vars[placeholderState].(*placeholders); ok {
+			return p
+		}
+	} else if v, ok := repl.Get(placeholderState); ok {
 		if p, ok := v.(*placeholders); ok {
 			return p
 		}
 	}
 	p := new(placeholders)
 	repl.Map(p.get)
+	if vars != nil {
+		vars[placeholderState] = p
+	}
 	return p
 }
 

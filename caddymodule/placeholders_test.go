@@ -15,14 +15,31 @@ import (
 // unknown until the handler decides them, the decided value after, and
 // overwritten (never shadowed) when the handler runs a second time on the
 // same request, as an error route could make it.
+//
+// Both with the vars map Caddy's server gives every request (where the
+// handler finds its placeholders again) and without one.
 func TestPlaceholdersTwoPasses(t *testing.T) {
+	for _, withVars := range []bool{true, false} {
+		name := "vars"
+		if !withVars {
+			name = "no_vars"
+		}
+		t.Run(name, func(t *testing.T) { placeholdersTwoPasses(t, withVars) })
+	}
+}
+
+func placeholdersTwoPasses(t *testing.T, withVars bool) {
 	fs := newFakeStore()
 	id := fs.add([]byte("placeholder bytes"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
 
 	req := httptest.NewRequest(http.MethodGet, "/sync/segments/"+id+"?st=forged", nil)
 	repl := caddyhttp.NewTestReplacer(req)
-	req = req.WithContext(context.WithValue(req.Context(), caddy.ReplacerCtxKey, repl))
+	ctx := context.WithValue(req.Context(), caddy.ReplacerCtxKey, repl)
+	if withVars {
+		ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, map[string]any{})
+	}
+	req = req.WithContext(ctx)
 	for _, name := range placeholderNames {
 		if v, ok := repl.Get(placeholderPrefix + name); ok {
 			t.Fatalf("%s known before the handler ran: %v", name, v)
