@@ -12,6 +12,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Audience derives the opaque audience string a token carries from a
@@ -56,9 +57,6 @@ func HMACAudience(key []byte, encoding string) (Audience, error) {
 		return nil, fmt.Errorf("token: unknown audience encoding %q (want hex or base64url)", encoding)
 	}
 	a.macs.New = func() any { return hmac.New(sha256.New, a.key) }
-	for i := range a.shards {
-		a.shards[i].m = make(map[string]string)
-	}
 	return a, nil
 }
 
@@ -66,14 +64,17 @@ const (
 	// audienceCacheSize bounds the partitions whose audience an
 	// hmacAudience remembers (audienceShards shards of equal size).
 	audienceCacheSize = 4096
-	audienceShards    = 16
+	audienceShards    = 64
 )
 
-// hmacAudience caches derived audiences in a sharded map rather than an
-// LRU: a hit takes only a shard's read lock, where an LRU's recency update
-// would serialize every request on one lock. A full shard evicts a random
-// entry (map iteration order is random), which bounds memory; a partition
-// evicted too early costs one HMAC.
+// hmacAudience caches derived audiences in sharded copy-on-write maps
+// rather than an LRU: a hit is an atomic load and a map read, writing no
+// shared memory (an LRU's recency update, or even a read lock, would make
+// every request write a cache line the other cores read). A miss copies
+// its shard's map (at most audienceCacheSize/audienceShards entries) under
+// the shard's mutex; a full shard drops a random entry (map iteration
+// order is random), which bounds memory; a partition dropped too early
+// costs one HMAC.
 type hmacAudience struct {
 	key    []byte
 	encode func(dst, src []byte) []byte
@@ -83,31 +84,48 @@ type hmacAudience struct {
 }
 
 type audienceShard struct {
-	mu sync.RWMutex
-	m  map[string]string // partition -> audience
+	m  atomic.Pointer[map[string]string] // partition -> audience; never modified once stored
+	mu sync.Mutex                        // serializes writers
+}
+
+// len is the number of audiences the shard holds.
+func (sh *audienceShard) len() int {
+	if m := sh.m.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
 }
 
 func (a *hmacAudience) Derive(partition string) string {
 	sh := &a.shards[maphash.String(a.seed, partition)%audienceShards]
-	sh.mu.RLock()
-	aud, ok := sh.m[partition]
-	sh.mu.RUnlock()
-	if ok {
-		return aud
-	}
-	aud = a.derive(partition)
-	sh.mu.Lock()
-	if _, ok := sh.m[partition]; !ok {
-		if len(sh.m) >= audienceCacheSize/audienceShards {
-			for k := range sh.m {
-				delete(sh.m, k)
-				break
-			}
+	if m := sh.m.Load(); m != nil {
+		if aud, ok := (*m)[partition]; ok {
+			return aud
 		}
-		// Cloned: the partition may be a slice of a larger record buffer.
-		sh.m[strings.Clone(partition)] = aud
 	}
-	sh.mu.Unlock()
+	aud := a.derive(partition)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old := sh.m.Load()
+	if old != nil {
+		if _, ok := (*old)[partition]; ok {
+			return aud
+		}
+	}
+	next := make(map[string]string, sh.len()+1)
+	if old != nil {
+		drop := len(*old) >= audienceCacheSize/audienceShards
+		for k, v := range *old {
+			if drop {
+				drop = false
+				continue
+			}
+			next[k] = v
+		}
+	}
+	// Cloned: the partition may be a slice of a larger record buffer.
+	next[strings.Clone(partition)] = aud
+	sh.m.Store(&next)
 	return aud
 }
 

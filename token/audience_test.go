@@ -82,7 +82,7 @@ func TestHMACAudienceCache(t *testing.T) {
 		}
 		n := 0
 		for i := range a.(*hmacAudience).shards {
-			n += len(a.(*hmacAudience).shards[i].m)
+			n += a.(*hmacAudience).shards[i].len()
 		}
 		if n == 0 || n > audienceCacheSize {
 			t.Errorf("%s: %d cached audiences, want 1..%d", enc, n, audienceCacheSize)
