@@ -45,7 +45,9 @@ func (l *recordLRU) get(id string, notBefore time.Time) (*Record, bool) {
 		return nil, false
 	}
 	l.c.Get(id) // most recently used
-	ent.served = true
+	if !ent.served {
+		ent.served = true // written once: later hits leave the entry's line clean
+	}
 	return ent.rec, true
 }
 
