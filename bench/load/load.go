@@ -96,10 +96,10 @@ func (p *pair) once(round int, isEdge bool) error {
 		}
 	}
 	var prof chan error
-	if isEdge && round == 0 && *flagPprof != "" && s.admin != 0 {
+	if round == 0 && *flagPprof != "" && s.admin != 0 {
 		prof = make(chan error, 1)
 		go func() {
-			prof <- saveProfile(s.admin, *flagDur-time.Second, filepath.Join(*flagPprof, p.id+"-edge.pprof"))
+			prof <- saveProfile(s.admin, *flagDur-time.Second, filepath.Join(*flagPprof, p.id+"-"+sideName+".pprof"))
 		}()
 	}
 	cpu0, err := procCPU(s.proc.pid())
@@ -181,7 +181,8 @@ func heyArgs(dur time.Duration, u string, extra ...string) []string {
 // heyLoad loads u with hey for d, with extra hey arguments.
 func heyLoad(u string, extra ...string) func(d time.Duration) (loadResult, error) {
 	return func(d time.Duration) (loadResult, error) {
-		out, err := exec.Command(*flagHey, heyArgs(d, u, extra...)...).CombinedOutput()
+		name, args := pinned(loadCPUs(), *flagHey, heyArgs(d, u, extra...))
+		out, err := exec.Command(name, args...).CombinedOutput()
 		if err != nil {
 			return loadResult{}, fmt.Errorf("hey: %v: %s", err, out)
 		}
@@ -223,7 +224,8 @@ func vegetaAttackArgs(targets string, d time.Duration) []string {
 func vegetaLoad(path string) func(d time.Duration) (loadResult, error) {
 	return func(d time.Duration) (loadResult, error) {
 		results := path + ".results"
-		attack := exec.Command(*flagVegeta, append(vegetaAttackArgs(path, d), "-output", results)...)
+		name, args := pinned(loadCPUs(), *flagVegeta, append(vegetaAttackArgs(path, d), "-output", results))
+		attack := exec.Command(name, args...)
 		if out, err := attack.CombinedOutput(); err != nil {
 			return loadResult{}, fmt.Errorf("vegeta attack: %v: %s", err, out)
 		}

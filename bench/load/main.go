@@ -66,7 +66,8 @@ var (
 	flagForged  = flag.Int("forged", 2000, "forged-token requests in (d)")
 	flagOnly    = flag.String("only", "", "comma-separated scenario ids to run (e.g. \"b\" or \"a,b\"); empty runs all")
 	flagOut     = flag.String("o", "", "also write the Markdown report to this file")
-	flagPprof   = flag.String("pprof", "", "save CPU profiles of the edge during the first round's edge runs of the side-by-side scenarios into this directory")
+	flagPin     = flag.String("pin", "", "run the Caddy processes and the load generators on separate CPUs, as \"<server cpus>:<load cpus>\" (taskset -c lists, e.g. \"1:0\"); empty: no pinning")
+	flagPprof   = flag.String("pprof", "", "save CPU profiles of both sides during the first round of the side-by-side scenarios into this directory")
 )
 
 // A scenario is one measurement of the report. To add one, write

@@ -41,7 +41,8 @@ func start(name, bin string, args, env []string, dir string) (*proc, error) {
 		return nil, err
 	}
 	defer out.Close()
-	cmd := exec.Command(bin, args...)
+	prog, argv := pinned(serverCPUs(), bin, args)
+	cmd := exec.Command(prog, argv...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -159,4 +160,17 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s not in /proc/%d/status", field, pid)
+}
+
+// serverCPUs and loadCPUs are the two halves of -pin ("" when unset).
+func serverCPUs() string { s, _, _ := strings.Cut(*flagPin, ":"); return s }
+func loadCPUs() string   { _, l, _ := strings.Cut(*flagPin, ":"); return l }
+
+// pinned returns the command line that runs bin with args on cpus (a
+// taskset -c list), or bin and args themselves when cpus is empty.
+func pinned(cpus, bin string, args []string) (string, []string) {
+	if cpus == "" {
+		return bin, args
+	}
+	return "taskset", append([]string{"-c", cpus, bin}, args...)
 }

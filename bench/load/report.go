@@ -56,6 +56,19 @@ func (r *report) markdown() string {
 	return strings.TrimRight(b.String(), "\n") + "\n"
 }
 
+// targetCell is the target cell of a ratio (higher is better): "—" without
+// a target.
+func targetCell(ratio, target float64) string {
+	if target <= 0 {
+		return "—"
+	}
+	v := "met"
+	if ratio < target {
+		v = "**missed**"
+	}
+	return fmt.Sprintf("≥ %.2f× (%s)", target, v)
+}
+
 func (r *report) pairsMarkdown(w func(string, ...any)) {
 	w("## Commands\n\n")
 	seen := map[string]bool{}
@@ -67,6 +80,11 @@ func (r *report) pairsMarkdown(w func(string, ...any)) {
 		}
 	}
 	w("- edge: `bin/caddy run --config <scenario>-edge.Caddyfile` (this module); plain: `bin/caddy-plain run --config <scenario>-plain.Caddyfile` (stock Caddy, same version); both on 127.0.0.1, same URL path and query shape on both sides, global `log { level INFO }`\n")
+	if *flagPin != "" {
+		w("- CPUs: every Caddy on CPU %s, the load generator on CPU %s (`taskset -c`, `-pin %s`); Go sizes GOMAXPROCS to the CPUs it may use\n", serverCPUs(), loadCPUs(), *flagPin)
+	} else {
+		w("- CPUs: not pinned: servers and load generator share every CPU\n")
+	}
 	w("- keys: segment key and audience key 32 random bytes each (`hex:`, from environment variables)\n")
 	w("- S3: versitygw posix backend on 127.0.0.1 (started by `internal/s3test`), its access log counted per object key\n\n")
 
@@ -79,22 +97,20 @@ func (r *report) pairsMarkdown(w func(string, ...any)) {
 			ratios = append(ratios, p.edgeRPS[j]/p.plainRPS[j])
 		}
 		ratio := me / mp
-		target := "—"
-		if p.target > 0 {
-			verdict := "met"
-			if ratio < p.target {
-				verdict = "**missed**"
-			}
-			target = fmt.Sprintf("≥ %.2f× (%s)", p.target, verdict)
-		}
-		w("| %s | %.0f | %.0f | **%.2f×** | %.2f× | %s | %d |\n", p.name, me, mp, ratio, median(ratios), target, p.bad)
+		w("| %s | %.0f | %.0f | **%.2f×** | %.2f× | %s | %d |\n", p.name, me, mp, ratio, median(ratios), targetCell(ratio, p.target), p.bad)
 	}
 	w("\n### Server CPU per request (µs, median of %d rounds)\n\n", *flagRounds)
 	w("CPU time (user + system, from `/proc/<pid>/stat`) the serving Caddy process spent during a run, divided by the requests answered in it. Less sensitive to other jobs on the machine than throughput; the ratio is plain ÷ edge, so like the throughput ratio, higher is better for the edge.\n\n")
-	w("| measurement | edge µs/req | plain µs/req | ratio plain/edge (of medians) |\n|---|---:|---:|---:|\n")
+	w("| measurement | edge µs/req | plain µs/req | ratio plain/edge (of medians) | median of per-round ratios | target |\n|---|---:|---:|---:|---:|---|\n")
 	for _, p := range r.pairs {
 		me, mp := median(p.edgeCPU), median(p.plainCPU)
-		w("| %s | %.1f | %.1f | **%.2f×** |\n", p.name, me, mp, mp/me)
+		var ratios []float64
+		for j := range min(len(p.edgeCPU), len(p.plainCPU)) {
+			if p.edgeCPU[j] > 0 {
+				ratios = append(ratios, p.plainCPU[j]/p.edgeCPU[j])
+			}
+		}
+		w("| %s | %.1f | %.1f | **%.2f×** | %.2f× | %s |\n", p.name, me, mp, mp/me, median(ratios), targetCell(mp/me, p.target))
 	}
 	w("\nRaw rounds (req/s):\n\n")
 	for _, p := range r.pairs {
