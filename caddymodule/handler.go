@@ -65,7 +65,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d.setSegment(segID)
 
 	now := h.now()
-	claims, slot, err := h.verifier.Verify(tokens[0], segID, now)
+	var claims token.Claims
+	slot, err := h.verifier.VerifyInto(&claims, tokens[0], segID, now)
 	d.setSlot(slot)
 	h.metrics.verification(slot)
 	if err != nil {
@@ -80,7 +81,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d.aud = claims.Aud
 
 	// 2. Grant: may this token have these bytes now?
-	g, ok := h.authorize(w, r, d, segID, claims, now)
+	g, ok := h.authorize(w, r, d, segID, &claims, now)
 	if !ok {
 		return nil
 	}

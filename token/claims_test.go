@@ -276,6 +276,15 @@ func TestVerifyAllocations(t *testing.T) {
 	}); n > 2 {
 		t.Errorf("Verify allocates %v times per call, want at most 2", n)
 	}
+	// VerifyInto: the payload text only.
+	var c Claims
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := v.VerifyInto(&c, tok, testSeg, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 1 {
+		t.Errorf("VerifyInto allocates %v times per call, want at most 1", n)
+	}
 	bad := tok[:len(tok)-2] + "AA"
 	if n := testing.AllocsPerRun(100, func() { v.Verify(bad, testSeg, testNow) }); n > 1 {
 		t.Errorf("a bad MAC allocates %v times per call, want at most 1 (the error)", n)
@@ -373,6 +382,32 @@ func TestParseSmallInt(t *testing.T) {
 		}
 		if ok && (got != want || math.Signbit(got) != math.Signbit(want)) {
 			t.Fatalf("parseSmallInt(%q) = %v, ParseFloat = %v", s, got, want)
+		}
+	}
+}
+
+// TestVerifyInto: the claims Verify returns, written in place; a rejected
+// token leaves the destination as it was.
+func TestVerifyInto(t *testing.T) {
+	v := NewVerifier([][]byte{testWrongKey, testKey}, DefaultSkew, 0)
+	tok := Sign(testKey, testSeg, testSD, "aud:p1", testExp)
+	want, wantSlot, err := v.Verify(tok, testSeg, testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Claims{Seg: "previous"}
+	slot, err := v.VerifyInto(&c, tok, testSeg, testNow)
+	if err != nil || slot != wantSlot || c.Seg != want.Seg || c.SD != want.SD || c.Aud != want.Aud || c.Exp != want.Exp ||
+		!reflect.DeepEqual(c.Raw(), want.Raw()) {
+		t.Fatalf("VerifyInto = %+v, slot %d, %v; Verify = %+v, slot %d", c, slot, err, *want, wantSlot)
+	}
+	before := c
+	for _, bad := range []string{tok[:len(tok)-2] + "AA", Sign(testKey, testSeg, testSD, "aud:p1", 1), "x"} {
+		if _, err := v.VerifyInto(&c, bad, testSeg, testNow); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+		if c != before {
+			t.Fatalf("rejected %q changed the claims to %+v", bad, c)
 		}
 	}
 }

@@ -161,6 +161,19 @@ func NewVerifier(keys [][]byte, skew time.Duration, maxLen int) *Verifier {
 // the token. On failure it returns an *Error; slot is still the matching
 // key's index when the MAC verified, and -1 otherwise.
 func (v *Verifier) Verify(token, segmentID string, now time.Time) (c *Claims, slot int, err error) {
+	var cl Claims
+	if slot, err = v.VerifyInto(&cl, token, segmentID, now); err != nil {
+		return nil, slot, err
+	}
+	c = new(Claims) // only for an accepted token
+	*c = cl
+	return c, slot, nil
+}
+
+// VerifyInto is Verify writing the claims of an accepted token to *c
+// (left unchanged on a rejection), so a caller that keeps them on its
+// stack allocates no Claims.
+func (v *Verifier) VerifyInto(c *Claims, token, segmentID string, now time.Time) (slot int, err error) {
 	f, payload, slot, rej := v.verify(token, segmentID, now)
 	if rej == nil {
 		if f.has&hasSD == 0 {
@@ -170,9 +183,10 @@ func (v *Verifier) Verify(token, segmentID string, now time.Time) (c *Claims, sl
 		}
 	}
 	if rej != nil {
-		return nil, slot, rej
+		return slot, rej
 	}
-	return &Claims{Seg: f.seg, SD: f.sd, Aud: f.aud, Exp: f.exp, payload: payload}, slot, nil
+	*c = Claims{Seg: f.seg, SD: f.sd, Aud: f.aud, Exp: f.exp, payload: payload}
+	return slot, nil
 }
 
 // VerifyFull is Verify followed by the reference's last two checks,
