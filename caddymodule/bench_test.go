@@ -148,6 +148,17 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 		if aud.name != "template" {
 			name += "_" + aud.name
 		}
+		// The same with the module's metrics on, as a production edge runs
+		// (the other cases leave them off): what the counters and the
+		// store-latency histogram cost, two goroutines updating them.
+		b.Run(name+"_metrics", func(b *testing.B) {
+			c := store.NewCached(s3s, benchCacheOptions(h))
+			defer c.Close()
+			h.setStore(c)
+			h.metrics = newHandlerMetrics(moduleCollectors(), "srv0", "s3", DeliveryRedirect, len(h.Keys))
+			defer func() { h.metrics = nil }()
+			benchServeHTTP(b, h, target, http.StatusFound, 0)
+		})
 		b.Run(name, func(b *testing.B) {
 			c := store.NewCached(s3s, benchCacheOptions(h))
 			defer c.Close()
