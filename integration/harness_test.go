@@ -84,9 +84,23 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// caddyfileVars fills {{PORT}}, {{ADMIN}}, {{DIR}} in a Caddyfile template.
+// s3SegmentsStore is the store block of the S3 tests' sites: bucket
+// "segments" at the endpoint and with the credentials of the environment
+// (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY). Templates write it as
+// {{S3_SEGMENTS}}.
+const s3SegmentsStore = `store s3 {
+			bucket segments
+			region auto
+			endpoint {env.S3_ENDPOINT}
+			access_key_id {env.S3_ACCESS_KEY}
+			secret_access_key {env.S3_SECRET_KEY}
+		}`
+
+// render fills {{PORT}}, {{ADMIN}}, {{DIR}} and {{S3_SEGMENTS}} in a
+// Caddyfile template.
 func (c *caddyProc) render(tmpl string) string {
-	r := strings.NewReplacer("{{PORT}}", fmt.Sprint(c.Port), "{{ADMIN}}", fmt.Sprint(c.AdminPort), "{{DIR}}", c.dir)
+	r := strings.NewReplacer("{{PORT}}", fmt.Sprint(c.Port), "{{ADMIN}}", fmt.Sprint(c.AdminPort), "{{DIR}}", c.dir,
+		"{{S3_SEGMENTS}}", s3SegmentsStore)
 	return r.Replace(tmpl)
 }
 

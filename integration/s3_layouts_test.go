@@ -28,13 +28,7 @@ http://127.0.0.1:{{PORT}} {
 	syncular_segments /r/segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
-		store s3 {
-			bucket segments
-			region auto
-			endpoint {env.S3_ENDPOINT}
-			access_key_id {env.S3_ACCESS_KEY}
-			secret_access_key {env.S3_SECRET_KEY}
-		}
+		{{S3_SEGMENTS}}
 		delivery redirect
 		cache {
 			record_ttl 1m
@@ -43,26 +37,14 @@ http://127.0.0.1:{{PORT}} {
 	syncular_segments /o/segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
-		store s3 {
-			bucket segments
-			region auto
-			endpoint {env.S3_ENDPOINT}
-			access_key_id {env.S3_ACCESS_KEY}
-			secret_access_key {env.S3_SECRET_KEY}
-		}
+		{{S3_SEGMENTS}}
 		delivery redirect
 		legacy_headers redirect
 	}
 	syncular_segments /p/segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
-		store s3 {
-			bucket segments
-			region auto
-			endpoint {env.S3_ENDPOINT}
-			access_key_id {env.S3_ACCESS_KEY}
-			secret_access_key {env.S3_SECRET_KEY}
-		}
+		{{S3_SEGMENTS}}
 		delivery proxy
 	}
 	respond 404

@@ -37,13 +37,7 @@ http://127.0.0.1:{{PORT}} {
 	syncular_segments /r/segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
-		store s3 {
-			bucket segments
-			region auto
-			endpoint {env.S3_ENDPOINT}
-			access_key_id {env.S3_ACCESS_KEY}
-			secret_access_key {env.S3_SECRET_KEY}
-		}
+		{{S3_SEGMENTS}}
 		delivery redirect
 		presign_ttl 30s
 		store_timeout 3s
@@ -51,13 +45,7 @@ http://127.0.0.1:{{PORT}} {
 	syncular_segments /p/segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
-		store s3 {
-			bucket segments
-			region auto
-			endpoint {env.S3_ENDPOINT}
-			access_key_id {env.S3_ACCESS_KEY}
-			secret_access_key {env.S3_SECRET_KEY}
-		}
+		{{S3_SEGMENTS}}
 		delivery proxy
 		store_timeout 3s
 	}
