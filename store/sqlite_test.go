@@ -352,36 +352,9 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 	})
 }
 
-type gen3Vector struct {
-	NowMs int64 `json:"nowMs"`
-	Keys  struct {
-		Current  string `json:"current"`
-		Previous string `json:"previous"`
-	} `json:"keys"`
-	Audience struct {
-		Kind string `json:"kind"`
-		Key  string `json:"key"`
-	} `json:"audience"`
-	Partitions   []string          `json:"partitions"`
-	Registry     map[string]string `json:"registry"`
-	ScopeDigests map[string]string `json:"scopeDigests"`
-	Segments     map[string]struct {
-		SegmentID   string `json:"segmentId"`
-		BytesSha256 string `json:"bytesSha256"`
-		ByteLength  int64  `json:"byteLength"`
-		MediaType   string `json:"mediaType"`
-	} `json:"segments"`
-	Cases []struct {
-		Name   string  `json:"name"`
-		Path   string  `json:"path"`
-		Token  *string `json:"token"`
-		Expect struct {
-			Status  any    `json:"status"`
-			Code    string `json:"code"`
-			Segment string `json:"segment"`
-		} `json:"expect"`
-	} `json:"cases"`
-}
+// gen3Vector is segments-gen3.json (testkit.Gen3), with the helpers of
+// these tests.
+type gen3Vector testkit.Gen3
 
 func (v *gen3Vector) audience(partition string) string {
 	m := hmac.New(sha256.New, []byte(v.Audience.Key))
@@ -435,7 +408,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 			t.Errorf("%s: Lookup: %v", name, err)
 			continue
 		}
-		if rec.SegmentID != seg.SegmentID || rec.ByteLength != seg.ByteLength || rec.MediaType != seg.MediaType {
+		if rec.SegmentID != seg.SegmentID || rec.ByteLength != int64(seg.ByteLength) || rec.MediaType != seg.MediaType {
 			t.Errorf("%s: record {%s %d %s}, want {%s %d %s}", name, rec.SegmentID, rec.ByteLength,
 				rec.MediaType, seg.SegmentID, seg.ByteLength, seg.MediaType)
 		}
@@ -450,7 +423,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 			}
 			got = append(got, gen3Pub{p.Partition, p.LogEpoch, digest, p.CreatedAtMs, p.ExpiresAtMs})
 			if p.Table != "tasks" || p.SchemaVersion != 3 || p.AsOfCommitSeq != 40 || p.RowCount != 10 ||
-				p.RowCursor != nil || p.NextRowCursor != nil || p.ByteLength != seg.ByteLength || p.MediaType != seg.MediaType {
+				p.RowCursor != nil || p.NextRowCursor != nil || p.ByteLength != int64(seg.ByteLength) || p.MediaType != seg.MediaType {
 				t.Errorf("%s: publication fields %s", name, js(p))
 			}
 			if e, ok := v.Registry[p.Partition]; ok {
@@ -466,7 +439,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 		}
 		body, err := readAll(t, s, seg.SegmentID, 0, -1)
 		sum := sha256.Sum256(body)
-		if err != nil || hex.EncodeToString(sum[:]) != seg.BytesSha256 || int64(len(body)) != seg.ByteLength {
+		if err != nil || hex.EncodeToString(sum[:]) != seg.BytesSha256 || len(body) != seg.ByteLength {
 			t.Errorf("%s: Open: %d bytes hashing to %x, %v", name, len(body), sum, err)
 		}
 	}

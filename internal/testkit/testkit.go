@@ -75,11 +75,14 @@ type Gen3 struct {
 		Kind string `json:"kind"`
 		Key  string `json:"key"`
 	} `json:"audience"`
-	Partitions []string `json:"partitions"`
-	Segments   map[string]struct {
+	Partitions   []string          `json:"partitions"`
+	Registry     map[string]string `json:"registry"`
+	ScopeDigests map[string]string `json:"scopeDigests"`
+	Segments     map[string]struct {
 		SegmentID   string `json:"segmentId"`
 		BytesSha256 string `json:"bytesSha256"`
 		ByteLength  int    `json:"byteLength"`
+		MediaType   string `json:"mediaType"`
 	} `json:"segments"`
 	Cases []struct {
 		Name   string  `json:"name"`
