@@ -25,6 +25,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
+	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -450,11 +451,7 @@ type s3tVecPresign struct {
 
 func s3tVectors(t testing.TB) []s3tVecPresign {
 	t.Helper()
-	dir := os.Getenv("SYNCULAR_VECTORS")
-	if dir == "" {
-		dir = filepath.Join("..", "..", "shared", "vectors")
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "s3-objects.json"))
+	b, err := os.ReadFile(filepath.Join(testkit.VectorsDir(t), "s3-objects.json"))
 	if err != nil {
 		t.Fatalf("vectors: %v (set SYNCULAR_VECTORS)", err)
 	}

@@ -7,7 +7,7 @@
 // permissive parts a strict reimplementation would get wrong: atob-style
 // base64 decoding, a MAC over the received payload bytes, a non-fatal
 // UTF-8 decode and JSON.parse semantics. The cross-implementation vectors
-// in shared/vectors/tokens.json pin every one of those behaviours.
+// in testdata/vectors/tokens.json pin every one of those behaviours.
 //
 // The package knows nothing about Caddy or HTTP; every rejection is an
 // *Error, which the caller maps to 403 sync.forbidden.

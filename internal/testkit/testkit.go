@@ -11,15 +11,15 @@ import (
 	"testing"
 )
 
-// VectorsDir is $SYNCULAR_VECTORS, or ../shared/vectors beside the module
-// root (the layout CI lays out), as an absolute path. Missing vectors fail
-// the test: they are the contract, and silently skipping them would let
-// the code drift from the reference.
+// VectorsDir is $SYNCULAR_VECTORS, or testdata/vectors under the module
+// root (committed with the repository), as an absolute path. Missing
+// vectors fail the test: they are the contract, and silently skipping
+// them would let the code drift from the reference.
 func VectorsDir(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("SYNCULAR_VECTORS")
 	if dir == "" {
-		dir = filepath.Join(ModuleRoot(t), "..", "shared", "vectors")
+		dir = filepath.Join(ModuleRoot(t), "testdata", "vectors")
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -63,7 +63,7 @@ func ReadVector(t testing.TB, name string, v any) {
 	}
 }
 
-// Gen3 is shared/vectors/segments-gen3.json: a gen-3 store's segments and
+// Gen3 is testdata/vectors/segments-gen3.json: a gen-3 store's segments and
 // the requests the reference answered against it at NowMs.
 type Gen3 struct {
 	NowMs int64 `json:"nowMs"`
