@@ -19,7 +19,7 @@ import (
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
-// The disk tier (issue 14): segments too large for the memory cache are
+// The disk tier: segments too large for the memory cache are
 // filled once into a directory, verified, and served from their files.
 // One disk.Cache per directory and budget is shared across config reloads
 // (diskPool), so a reload keeps the index and the fills in progress.

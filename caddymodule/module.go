@@ -110,7 +110,7 @@ type Handler struct {
 
 	// Content codings for serve and proxy answers, in preference order:
 	// a request gets the first one its Accept-Encoding accepts, once the
-	// segment's variant has been built in memory (README "Compression").
+	// segment's variant has been built in memory (docs/large-segments.md, "Compression").
 	// "zstd" and "gzip"; ["off"] turns compression off. Default (absent
 	// or empty): ["zstd", "gzip"].
 	Compress []string `json:"compress,omitempty"`

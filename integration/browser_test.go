@@ -190,7 +190,7 @@ func TestBrowserCORS(t *testing.T) {
 
 	// Redirect delivery: the browser follows the 302 to the bucket with
 	// Origin: null. A bucket whose CORS rule allows * serves the page; one
-	// without CORS is a failed fetch (what the README warns about).
+	// without CORS is a failed fetch (what docs/production.md warns about).
 	srv.CreateBucket(t, "nocors")
 	noCorsSeg := putSegments(t, srv, "nocors", partition, digest, 1, 90_000)[0]
 	_, err := srv.Client().PutBucketCors(context.Background(), &s3.PutBucketCorsInput{

@@ -10,7 +10,7 @@ import (
 	"github.com/syncular/caddy-syncular/internal/segdata"
 )
 
-// Compressed variants of large segments (issue 10): a segment above
+// Compressed variants of large segments: a segment above
 // max_entry lives in the disk tier, and so do its variants, built once in
 // the background from the verified identity file; requests get identity
 // until a variant exists.

@@ -17,8 +17,8 @@ import (
 	"github.com/syncular/caddy-syncular/token"
 )
 
-// Helpers of the tests that run the committed configs (examples/, README
-// snippets) unchanged: the deployment values reach them through the
+// Helpers of the tests that run the committed configs (examples/, the
+// docs' snippets) unchanged: the deployment values reach them through the
 // environment, exactly as an operator supplies them.
 
 // exampleKey is a key as the docs ask for one: 32 random bytes, hex.

@@ -27,7 +27,7 @@ import (
 	"github.com/syncular/caddy-syncular/token"
 )
 
-// Large segments (issue 14): segments above max_entry are filled once into
+// Large segments: segments above max_entry are filled once into
 // the disk tier (one store read however many clients), verified, and
 // served from the file, whole, by Range, HEAD and 304; bytes that do not
 // match their id are never answered completely; memory stays flat with

@@ -87,7 +87,7 @@ http://127.0.0.1:%d {
 		id:     "b",
 		name:   "(b) redirect, production config (`audience hmac_sha256`, INFO log, a distinct token per request): edge (S3, record cached) / redir",
 		want:   http.StatusFound,
-		target: 0.95, // issue 11: both measures ≥ 0.95× a bare redir
+		target: 0.95, // the target: both measures ≥ 0.95× a bare redir
 		tool:   tool,
 		edge:   targets("b-edge-hmac", edge, edgeAdmin, pHMAC, e.hmacToken),
 		plain:  targets("b-plain-hmac", plain, plainAdmin, pPlain, e.hmacToken),

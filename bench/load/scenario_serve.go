@@ -45,7 +45,7 @@ http://127.0.0.1:%d {
 		id:     "a",
 		name:   "(a) serve 256 KiB: edge (SQLite, warm cache) / file_server",
 		want:   http.StatusOK,
-		target: 2.0, // issue 11: the serve hit stays ≥ 2.0× file_server
+		target: 2.0, // the target: the serve hit stays ≥ 2.0× file_server
 		tool:   "`" + strings.Join(append([]string{*flagHey}, heyArgs(*flagDur, "<url>")...), " ") + "` (one URL, one token)",
 		edge:   side{proc: edge, admin: edgeAdmin, load: heyLoad(edgeURL)},
 		plain:  side{proc: plain, load: heyLoad(plainURL)},
