@@ -20,9 +20,10 @@ import (
 )
 
 // A config in the docs that stops working fails this test. Every fenced
-// ```caddyfile and ```json block of README.md, and every config file under
-// examples/ (Caddyfile, *.Caddyfile, *.json), goes through the real
-// binary's `caddy validate` (adapt + provision: keys, stores, modules).
+// ```caddyfile and ```json block of README.md and of every docs/**/*.md
+// file, and every config file under examples/ (Caddyfile, *.Caddyfile,
+// *.json), goes through the real binary's `caddy validate` (adapt +
+// provision: keys, stores, modules).
 //
 // What the test supplies, as an operator would:
 //   - every {env.NAME} and {$NAME} it names, from the environment:
@@ -33,7 +34,7 @@ import (
 //     fails when pasted (`key 2 is empty`), and so fails here.
 //   - the stores: /var/lib/syncular/sync.db is a freshly seeded SQLite
 //     file, bucket syncular-segments exists, and every `endpoint` (an R2
-//     account URL in the README) points at the versitygw; /var/log/caddy
+//     account URL in the docs) points at the versitygw; /var/log/caddy
 //     is a temp directory.
 //
 // Blocks that are not configs on their own are handled so:
@@ -51,7 +52,8 @@ type docSnippet struct {
 }
 
 // readmeSnippets returns the fenced caddyfile/json blocks of a Markdown
-// file and the number skipped by the fragment marker.
+// file and the places of those skipped by the fragment marker. Each is
+// named by the file's path relative to the module root and its line.
 func readmeSnippets(t *testing.T, path string) (out []docSnippet, skipped []string) {
 	t.Helper()
 	raw, err := os.ReadFile(path)
@@ -72,7 +74,11 @@ func readmeSnippets(t *testing.T, path string) (out []docSnippet, skipped []stri
 		if lang != "caddyfile" && lang != "json" {
 			continue
 		}
-		where := fmt.Sprintf("%s:%d", filepath.Base(path), start+1)
+		rel, err := filepath.Rel(repoRoot(t), path)
+		if err != nil {
+			rel = filepath.Base(path)
+		}
+		where := fmt.Sprintf("%s:%d", rel, start+1)
 		prev := ""
 		for j := start - 1; j >= 0; j-- {
 			if strings.TrimSpace(lines[j]) != "" {
@@ -87,6 +93,27 @@ func readmeSnippets(t *testing.T, path string) (out []docSnippet, skipped []stri
 		out = append(out, docSnippet{where, lang, strings.Join(body, "\n") + "\n"})
 	}
 	return out, skipped
+}
+
+// docsMarkdown is every Markdown file under docs/, at any depth (the
+// pages, and drafts other branches leave in docs/incoming/).
+func docsMarkdown(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(filepath.Join(repoRoot(t), "docs"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(d.Name(), ".md") {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
 }
 
 func exampleConfigs(t *testing.T) []docSnippet {
@@ -160,7 +187,8 @@ func snippetEnv(t *testing.T, text string, srv *s3test.Server) []string {
 	return env
 }
 
-// TestReadmeSnippets validates every config in README.md and examples/.
+// TestReadmeSnippets validates every config in README.md, docs/ and
+// examples/.
 func TestReadmeSnippets(t *testing.T) {
 	bin := caddyBinary(t)
 	srv := s3test.Start(t, s3test.WithRegion("auto"))
@@ -178,6 +206,19 @@ func TestReadmeSnippets(t *testing.T) {
 	}
 	if len(snips) < 3 {
 		t.Fatalf("README.md has only %d config blocks: the extraction is broken", len(snips))
+	}
+	pages := docsMarkdown(t)
+	var fromDocs int
+	for _, p := range pages {
+		s, sk := readmeSnippets(t, p)
+		for _, w := range sk {
+			t.Logf("skipped on purpose (%s): %s", fragmentMarker, w)
+		}
+		fromDocs += len(s)
+		snips = append(snips, s...)
+	}
+	if len(pages) < 9 || fromDocs < 5 {
+		t.Fatalf("docs/ has %d Markdown files with %d config blocks: the walk or the extraction is broken", len(pages), fromDocs)
 	}
 	snips = append(snips, exampleConfigs(t)...)
 	for i, s := range snips {
