@@ -14,7 +14,7 @@ import (
 	"github.com/syncular/caddy-syncular/store"
 )
 
-// Compressed delivery (docs/large-segments.md "Compression", PROTOCOL.md §6): serve and
+// Compressed delivery (docs/large-segments.md "Compression", protocol §6): serve and
 // proxy answers (and a redirect handler's streamed fall-backs) send a
 // zstd or gzip variant of the segment when the request's Accept-Encoding
 // allows it and the variant is held (in the bytes cache, or as a file of

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// protoError is one answer of the error catalog (PROTOCOL.md §6). The
+// protoError is one answer of the error catalog (protocol §6). The
 // code fixes status, category, retryable and recommendedAction.
 type protoError struct {
 	status    int

@@ -9,7 +9,7 @@ import (
 // {query.x}, ...) into their long forms ({http.request.host}, ...) in every
 // token, quoted or not, before a directive sees it. An audience template
 // is literal text (only {partition} means anything, replaced with plain
-// string operations, PROTOCOL.md §4), and the two forms arrive identical,
+// string operations, protocol §4), and the two forms arrive identical,
 // so a template holding any text the rewrite produces cannot be carried
 // as written: the directive refuses it (rewrittenPlaceholder). The lists
 // mirror caddyconfig/httpcaddyfile/shorthands.go of Caddy v2.11; a test

@@ -158,7 +158,7 @@ func BenchmarkLevels(b *testing.B) {
 	}
 }
 
-// Headers real clients send (PROTOCOL.md §6) and a few heavier ones.
+// Headers real clients send (protocol §6) and a few heavier ones.
 var benchHeaders = []struct{ name, header string }{
 	{"rust", "gzip"},
 	{"browser", "gzip, deflate, br, zstd"},

@@ -1,7 +1,7 @@
 package compress
 
 // ETag is the quoted entity-tag of the c variant of a segment:
-// `"sha256:<hex>"` for identity (PROTOCOL.md §6) and `"sha256:<hex>+gzip"`,
+// `"sha256:<hex>"` for identity (protocol §6) and `"sha256:<hex>+gzip"`,
 // `"sha256:<hex>+zstd"` for the variants, so a cache never confuses the
 // bytes of one with another.
 func ETag(segmentID string, c Coding) string {

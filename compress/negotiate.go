@@ -8,7 +8,7 @@
 //
 // A variant is an optimisation, never a different answer: decoding it
 // yields exactly the identity bytes, whose SHA-256 is the segment id
-// (PROTOCOL.md §6). Every variant is verified against that id before it
+// (protocol §6). Every variant is verified against that id before it
 // may be stored or served.
 package compress
 

@@ -13,7 +13,7 @@ func TestNegotiate(t *testing.T) {
 		prefs  []Coding
 		want   Coding
 	}{
-		// What the reference clients send (PROTOCOL.md §6).
+		// What the reference clients send (protocol §6).
 		{"gzip", nil, Gzip},                    // Rust client: decodes only gzip
 		{"gzip, deflate, br, zstd", nil, Zstd}, // browsers, Bun
 		{"", nil, Identity},                    // TS client, bare fetch

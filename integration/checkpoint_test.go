@@ -49,7 +49,7 @@ http://127.0.0.1:{{PORT}} {
 // binary reads the store. A checkpoint of another partition, or at the
 // publication's own schema version, changes nothing; one at a later
 // schema version of the publication's partition turns 200 into 404
-// sync.segment_expired (PROTOCOL.md §4) — at once without the record
+// sync.segment_expired (protocol §4) — at once without the record
 // cache, and within record_ttl (2s) behind it.
 func TestSQLiteBackfillCheckpoint(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sync.db")

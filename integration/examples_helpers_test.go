@@ -122,7 +122,7 @@ type bucketSegment struct {
 // putSegments writes n random segments of size bytes the way current
 // reference writers do: the bytes object without metadata and the record
 // as a plain JSON object. (A bytes object with the legacy record header
-// is streamed, not redirected: PROTOCOL.md §5.2.)
+// is streamed, not redirected: protocol §5.2.)
 func putSegments(t *testing.T, srv *s3test.Server, bucket, partition, digest string, n, size int) []bucketSegment {
 	t.Helper()
 	cl := srv.Client()

@@ -209,7 +209,7 @@ func TestLogS3RedirectNoPresignedURL(t *testing.T) {
 	body := randomBytes(t, 5000)
 	id := s3test.SegmentID(body)
 	// As current reference writers do: a bytes object with the legacy
-	// record header would be streamed, not redirected (PROTOCOL.md §5.2).
+	// record header would be streamed, not redirected (protocol §5.2).
 	s3test.PutSegment(t, srv.Client(), "syncular-segments", "syncular/", body, "")
 	s3test.PutRecordObject(t, srv.Client(), "syncular-segments", "syncular/", id,
 		record(id, len(body), partition, digest, time.Now().Add(time.Hour)))

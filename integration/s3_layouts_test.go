@@ -52,7 +52,7 @@ http://127.0.0.1:{{PORT}} {
 `
 
 // TestS3RecordLayouts drives the real binary against versitygw holding
-// objects in every layout of PROTOCOL.md §5.2: record object only (current
+// objects in every layout of protocol §5.2: record object only (current
 // writers), record header only (older writers), both with differing
 // publications (the record object rules, both ways), neither, a corrupt
 // record object, and empty publication lists (§4). It also checks that

@@ -102,7 +102,7 @@ func TestS3(t *testing.T) {
 	dA, dB, dC := strings.Repeat("a", 64), strings.Repeat("b", 64), strings.Repeat("c", 64)
 
 	// Objects as current reference writers store them: a record object
-	// and a bytes object without metadata (PROTOCOL.md §5.2).
+	// and a bytes object without metadata (protocol §5.2).
 	single := randomBytes(t, 200_000)
 	singleID := s3test.SegmentID(single)
 	putCurrent(t, cl, single, record(singleID, len(single), "p1", dA, now.Add(time.Hour)))

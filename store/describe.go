@@ -16,7 +16,7 @@ import (
 // must not pass them on.
 
 // SQLiteDescription is the layout of a SQLite segment store and the
-// counts that are cheap to take (PROTOCOL.md §5.1).
+// counts that are cheap to take (protocol §5.1).
 type SQLiteDescription struct {
 	Path string // absolute
 
@@ -99,7 +99,7 @@ func (s *SQLite) Describe(ctx context.Context) (*SQLiteDescription, error) {
 }
 
 // S3Description is where an S3 store reads, and for one segment which of
-// its objects exist (PROTOCOL.md §5.2).
+// its objects exist (protocol §5.2).
 type S3Description struct {
 	Bucket string
 	Prefix string

@@ -1,6 +1,6 @@
 package store
 
-// Outcome is the answer of the grant check (PROTOCOL.md §4).
+// Outcome is the answer of the grant check (protocol §4).
 type Outcome int
 
 const (

@@ -14,7 +14,7 @@ import (
 // TestSQLiteCheckpoints: backfill checkpoints are read with the record,
 // in every schema generation, from a table that may appear or go while
 // the store is open, and overtake the publications of their partition
-// with a lower schemaVersion (PROTOCOL.md §4).
+// with a lower schemaVersion (protocol §4).
 func TestSQLiteCheckpoints(t *testing.T) {
 	ctx := context.Background()
 	for _, gen := range []int{1, 2, 3} {

@@ -29,7 +29,7 @@ const (
 	s3MaxBackoff = 250 * time.Millisecond
 )
 
-// S3Config configures an S3-compatible segment store (PROTOCOL.md §5.2):
+// S3Config configures an S3-compatible segment store (protocol §5.2):
 // AWS S3, Cloudflare R2, MinIO, versitygw.
 type S3Config struct {
 	// Bucket holds the segment objects. Required.
@@ -197,7 +197,7 @@ func S3RecordKey(prefix, segmentID string) string {
 // (about 2,500 publications). A larger one is a corrupt record.
 const maxRecordObject = 1 << 20
 
-// Lookup reads the record of segmentID (PROTOCOL.md §5.2) with two
+// Lookup reads the record of segmentID (protocol §5.2) with two
 // requests run concurrently: a GET of the record object
 // ({prefix}rec/sha256/{hex}.json) and a HEAD of the bytes object
 // ({prefix}seg/sha256/{hex}). Every layout needs both: the record object,

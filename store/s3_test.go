@@ -1132,7 +1132,7 @@ func BenchmarkDecodeS3Record(b *testing.B) {
 	}
 }
 
-// ---- record layouts (PROTOCOL.md §5.2) ----------------------------------
+// ---- record layouts (protocol §5.2) ----------------------------------
 
 // s3RecordMap is a valid record of body as a JSON object (publication p1/d1
 // until expiresAtMs), edited by edit.

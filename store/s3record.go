@@ -12,7 +12,7 @@ import (
 )
 
 // ErrCorruptRecord marks a segment record that is missing, undecodable or
-// inconsistent with its object (PROTOCOL.md §5.2). It is a store fault,
+// inconsistent with its object (protocol §5.2). It is a store fault,
 // never ErrNotFound and never a grant. Its messages name the segment id
 // and the offending field, never a field's value (a partition id must not
 // reach a log a client can see).

@@ -46,7 +46,7 @@ const (
 )
 
 // SQLite reads the segment store a Syncular sync server keeps in one SQLite
-// file (PROTOCOL.md §5.1), read-only, while the server writes it. All three
+// file (protocol §5.1), read-only, while the server writes it. All three
 // schema generations are read, and a file migrated by the writer while it
 // is open is read in its new shape without a restart. If the file at the
 // path is replaced (a restore moved over it), the next call reopens it; if

@@ -446,7 +446,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 }
 
 // tokenClaims does what the token layer does before the store is asked
-// (PROTOCOL.md §2, §3): a well-formed path id, a token whose MAC verifies
+// (protocol §2, §3): a well-formed path id, a token whose MAC verifies
 // under one of the keys, v 1, exp within skew, seg == path id. It returns
 // the claims the store's grant check needs, or why the case is the token
 // layer's to decide.

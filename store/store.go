@@ -1,5 +1,5 @@
 // Package store reads segment records and bytes from the stores a Syncular
-// sync server writes (PROTOCOL.md §5). It never writes them and knows
+// sync server writes (protocol §5). It never writes them and knows
 // nothing of Caddy.
 package store
 
@@ -28,7 +28,7 @@ const (
 )
 
 // Publication is one grant under which a content address was published
-// (PROTOCOL.md §4). Times are epoch milliseconds.
+// (protocol §4). Times are epoch milliseconds.
 type Publication struct {
 	// Partition the segment was built from; never logged or sent.
 	Partition string `json:"partition"`
@@ -88,7 +88,7 @@ type Record struct {
 
 	// LegacyHeader is true when the segment's S3 bytes object carries an
 	// x-amz-meta-syncular-record header (an older writer's record,
-	// PROTOCOL.md §5.2), whether or not that header is the record in use.
+	// protocol §5.2), whether or not that header is the record in use.
 	// A presigned GET of such an object would hand the header, and the
 	// partition id in it, to the client. Always false for other stores.
 	LegacyHeader bool

@@ -101,7 +101,7 @@ func (v *variantTier) stats() VariantStats {
 }
 
 // variantKey is the bytes-cache key of the c variant of segmentID:
-// "<segmentId>+gzip". Identity keeps the bare id (PROTOCOL.md §6: never
+// "<segmentId>+gzip". Identity keeps the bare id (protocol §6: never
 // cache compressed bytes under the segment id); a segment id never holds
 // a '+', so the keys cannot collide.
 func variantKey(segmentID string, c compress.Coding) string {

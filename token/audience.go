@@ -16,7 +16,7 @@ import (
 )
 
 // Audience derives the opaque audience string a token carries from a
-// partition id (PROTOCOL.md §3). The host chooses the function; the edge
+// partition id (protocol §3). The host chooses the function; the edge
 // must be configured with the same one. Implementations are safe for
 // concurrent use.
 type Audience interface {

@@ -1,5 +1,5 @@
 // Package token signs and verifies Syncular native segment tokens (the
-// `st` query parameter of a signed segment URL, PROTOCOL.md §3), derives
+// `st` query parameter of a signed segment URL, protocol §3), derives
 // partition audiences and computes scope digests.
 //
 // Verification reproduces the reference verifySegmentToken

@@ -31,7 +31,7 @@ const (
 // x-amz-meta-syncular-record header (base64url of the same JSON), the
 // layout of older writers. It stays off: this edge reads record objects,
 // and by default it streams (does not redirect) a bytes object that
-// carries the legacy header (PROTOCOL.md §5.2), so with it the redirect
+// carries the legacy header (protocol §5.2), so with it the redirect
 // site would answer 200 instead of 302.
 const writeLegacyHeader = false
 

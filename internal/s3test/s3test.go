@@ -1,6 +1,6 @@
 // Package s3test runs a real S3-compatible server (versitygw) on loopback
 // for tests, and writes segment objects the way the reference
-// S3SegmentStore does (PROTOCOL.md §5.2).
+// S3SegmentStore does (protocol §5.2).
 //
 // A test that cannot start the server fails; it never skips. The binary is
 // $VERSITYGW, or <repo>/.tools/bin/versitygw, installed on first need by

@@ -55,7 +55,7 @@ const (
           partition TEXT PRIMARY KEY, log_epoch TEXT NOT NULL,
           epoch_required INTEGER NOT NULL DEFAULT 0,
           last_authenticated_at_ms INTEGER NOT NULL)`
-	// No vector file holds this table: the columns are PROTOCOL.md §4's,
+	// No vector file holds this table: the columns are protocol §4's,
 	// in the reference's order (its INSERT lists them so), and the
 	// primary key is the reference's upsert conflict target
 	// (ON CONFLICT(partition, name)).

@@ -7,7 +7,7 @@ import (
 )
 
 // S3Record is the record a current reference S3 writer stores for a
-// segment (PROTOCOL.md §5.2), as JSON: the latest publication's fields at
+// segment (protocol §5.2), as JSON: the latest publication's fields at
 // the top level, every digest in scopeDigests, and the explicit
 // publications list (which rules alone when present). The same JSON goes
 // into a record object ({prefix}rec/sha256/{hex}.json, plain) or, for an

@@ -1,5 +1,5 @@
 // Package seed writes Syncular SQLite segment stores the way the reference
-// sync server does (PROTOCOL.md §5.1), for tests, integration tests and the
+// sync server does (protocol §5.1), for tests, integration tests and the
 // demo. The DDL is copied verbatim from the cross-implementation vectors,
 // so sqlite_master of a seeded file reads exactly like the reference's.
 //
@@ -323,7 +323,7 @@ func (w *Writer) SetEpoch(partition, epoch string, nowMs int64) error {
 
 // Checkpoint is one row of sync_backfill_checkpoints (RFC 0007): a
 // backfill of a partition declared at a schema version. A checkpoint whose
-// SchemaVersion is above a publication's overtakes it (PROTOCOL.md §4).
+// SchemaVersion is above a publication's overtakes it (protocol §4).
 type Checkpoint struct {
 	Partition     string
 	Name          string

@@ -374,7 +374,7 @@ func TestPubKeyDeterministic(t *testing.T) {
 	}
 }
 
-// TestSetCheckpoint: the table has PROTOCOL.md §4's columns in order with
+// TestSetCheckpoint: the table has protocol §4's columns in order with
 // (partition, name) as its key, in any generation, and a second write of
 // the same checkpoint replaces the row.
 func TestSetCheckpoint(t *testing.T) {

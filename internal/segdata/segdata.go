@@ -99,7 +99,7 @@ func Rows(n int) []Row {
 }
 
 // RowsSegment returns a rows segment of n rows. The edge never parses rows
-// segments (PROTOCOL.md §1); this is the project's stand-in format
+// segments (protocol §1); this is the project's stand-in format
 // (cmd/syncular-demo, the vectors): the magic "SSG2", a little-endian
 // uint32 version 1 as in vectors/segments-*.sqlite, then each row as a
 // little-endian uint32 length and the row's JSON.
