@@ -80,6 +80,11 @@ type Handler struct {
 	// never outlives the token or the publication either.
 	PresignTTL caddy.Duration `json:"presign_ttl,omitempty"`
 
+	// Redirect to a CDN's signed URLs (CloudFront) instead of presigned
+	// bucket URLs; presign_ttl bounds their life too. Only with
+	// "redirect" delivery and an s3 store. Default: none.
+	CDN *CDNConfig `json:"cdn,omitempty"`
+
 	// Bound on one store operation (a lookup, or opening the bytes). A
 	// store slower than this is answered 504. Default (absent or 0): 5s;
 	// a store cannot answer in no time, so 0 in JSON is "unset" and the
@@ -118,6 +123,7 @@ type Handler struct {
 	skew      time.Duration // Skew resolved (default applied)
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
+	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
 	audience  token.Audience
 	store     store.Store
 	reval     store.Revalidator // the store's refusal re-read; nil: none
@@ -205,6 +211,9 @@ func (h *Handler) checkConfig() error {
 		return fmt.Errorf("syncular_segments: unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
 	}
 	if err := h.checkLegacyHeaders(); err != nil {
+		return err
+	}
+	if err := h.checkCDN(); err != nil { // cdn.go
 		return err
 	}
 	if h.Delivery == DeliveryRedirect {
