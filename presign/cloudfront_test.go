@@ -528,3 +528,40 @@ for line in sys.stdin:
 		}
 	}
 }
+
+// BenchmarkCloudFrontURL: a URL from the cache (the common case: one
+// signing per segment and window) against a fresh signing per call, for
+// RSA 2048 and ECDSA P-256.
+func BenchmarkCloudFrontURL(b *testing.B) {
+	rk, ek := cftKeys(b)
+	for _, k := range []struct {
+		name string
+		key  any
+	}{{"rsa2048", rk}, {"ecdsa-p256", ek}} {
+		p := cftSigner(b, cftPKCS8(b, k.key), CloudFrontOptions{})
+		now := time.Unix(1_800_000_000, 0)
+		b.Run(k.name+"/cached", func(b *testing.B) {
+			if _, _, err := p.URL(cftSeg, now, now.Add(time.Hour)); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, _, ok := p.CachedURL(cftSeg, now, now.Add(time.Hour)); !ok {
+					b.Fatal("miss")
+				}
+			}
+		})
+		b.Run(k.name+"/sign", func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				// A new grant end each time: a new URL, signed.
+				i++
+				if _, _, err := p.URL(cftSeg, now, now.Add(time.Duration(2+i%50)*time.Second)); err != nil {
+					b.Fatal(err)
+				}
+				if i%50 == 0 {
+					now = now.Add(15 * time.Second)
+				}
+			}
+		})
+	}
+}
