@@ -58,10 +58,11 @@ type Handler struct {
 	Untokened string `json:"untokened,omitempty"`
 
 	// How granted bytes reach the client: "serve" (the edge writes them),
-	// "redirect" (302 to a presigned S3 URL) or "proxy" (the edge streams
-	// the S3 object). Default: "redirect" for an s3 store, "serve" for
-	// sqlite. "redirect" and "proxy" need an s3 store; "serve" with an s3
-	// store streams like "proxy".
+	// "redirect" (302 to a presigned S3 URL, or to a CDN's signed URL
+	// with cdn) or "proxy" (the edge streams the S3 object). Default:
+	// "redirect" for an s3 store, "serve" for sqlite. "redirect" and
+	// "proxy" need an s3 store; "serve" with an s3 store streams like
+	// "proxy".
 	Delivery string `json:"delivery,omitempty"`
 
 	// What "redirect" delivery does with a segment whose S3 bytes object
