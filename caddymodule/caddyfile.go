@@ -45,6 +45,12 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    delivery         serve|redirect|proxy          # default redirect for s3, serve for sqlite
 //	    legacy_headers   stream|redirect               # redirect delivery, objects with a record header; default stream
 //	    presign_ttl      <duration>                    # default 60s; must be positive
+//	    cdn cloudfront {                               # redirect to CloudFront signed URLs (redirect delivery, s3 store)
+//	        domain      <host>                         # e.g. d111111abcdef8.cloudfront.net; no scheme or path
+//	        key_pair_id <id>                           # public key id in the distribution's trusted key group
+//	        private_key {file./path}|{env.NAME}        # PEM: RSA 2048 or ECDSA P-256; never literal
+//	        origin_path <path>                         # optional, e.g. /segments: put before the object key
+//	    }
 //	    store_timeout    <duration>                    # default 5s; must be positive
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
@@ -150,6 +156,7 @@ var subdirectives = map[string]func(h *Handler, d *caddyfile.Dispenser) error{
 	"store":    parseStore,
 	"cache":    parseCache,
 	"compress": parseCompress,
+	"cdn":      parseCDN, // cdn.go
 }
 
 // parseBlock runs each for every subdirective of the block at nesting,

@@ -225,7 +225,7 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *d
 	u, expires, err := h.presignURL(r.Context(), g)
 	d.presign = time.Since(start)
 	h.metrics.storeOp(opPresign, d.presign)
-	if errors.Is(err, presign.ErrS3GrantTooShort) || errors.Is(err, presign.ErrS3GrantEnded) {
+	if errors.Is(err, presign.ErrGrantTooShort) || errors.Is(err, presign.ErrGrantEnded) {
 		// Fall-back 2: the grant is too short for any URL.
 		d.setDelivery(DeliveryProxy)
 		h.stream(w, r, g, d)
@@ -244,11 +244,15 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *d
 	w.WriteHeader(http.StatusFound)
 }
 
-// presignURL is the presigned URL for g: straight from the presigner's
+// presignURL is the redirect URL for g: the CDN's signed URL when a cdn
+// is configured, else the presigned URL, straight from the presigner's
 // cache when it is there (no timer, no I/O), else signed under
 // store_timeout.
 func (h *Handler) presignURL(parent context.Context, g grant) (string, time.Time, error) {
 	notAfter := time.UnixMilli(g.untilMs)
+	if h.cdn != nil { // a CDN's signed URL: no I/O, no timer
+		return h.cdn.URL(g.segID, g.now, notAfter)
+	}
 	if u, exp, ok := h.presigner.CachedURL(g.segID, g.now, notAfter); ok {
 		return u, exp, nil
 	}

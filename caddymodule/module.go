@@ -58,10 +58,11 @@ type Handler struct {
 	Untokened string `json:"untokened,omitempty"`
 
 	// How granted bytes reach the client: "serve" (the edge writes them),
-	// "redirect" (302 to a presigned S3 URL) or "proxy" (the edge streams
-	// the S3 object). Default: "redirect" for an s3 store, "serve" for
-	// sqlite. "redirect" and "proxy" need an s3 store; "serve" with an s3
-	// store streams like "proxy".
+	// "redirect" (302 to a presigned S3 URL, or to a CDN's signed URL
+	// with cdn) or "proxy" (the edge streams the S3 object). Default:
+	// "redirect" for an s3 store, "serve" for sqlite. "redirect" and
+	// "proxy" need an s3 store; "serve" with an s3 store streams like
+	// "proxy".
 	Delivery string `json:"delivery,omitempty"`
 
 	// What "redirect" delivery does with a segment whose S3 bytes object
@@ -79,6 +80,11 @@ type Handler struct {
 	// JSON is "unset" and the Caddyfile refuses an explicit 0. The URL
 	// never outlives the token or the publication either.
 	PresignTTL caddy.Duration `json:"presign_ttl,omitempty"`
+
+	// Redirect to a CDN's signed URLs (CloudFront) instead of presigned
+	// bucket URLs; presign_ttl bounds their life too. Only with
+	// "redirect" delivery and an s3 store. Default: none.
+	CDN *CDNConfig `json:"cdn,omitempty"`
 
 	// Bound on one store operation (a lookup, or opening the bytes). A
 	// store slower than this is answered 504. Default (absent or 0): 5s;
@@ -118,6 +124,7 @@ type Handler struct {
 	skew      time.Duration // Skew resolved (default applied)
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
+	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
 	audience  token.Audience
 	store     store.Store
 	reval     store.Revalidator // the store's refusal re-read; nil: none
@@ -205,6 +212,9 @@ func (h *Handler) checkConfig() error {
 		return fmt.Errorf("syncular_segments: unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
 	}
 	if err := h.checkLegacyHeaders(); err != nil {
+		return err
+	}
+	if err := h.checkCDN(); err != nil { // cdn.go
 		return err
 	}
 	if h.Delivery == DeliveryRedirect {

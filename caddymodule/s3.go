@@ -104,6 +104,9 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 			legacy = defaultLegacyHeaders
 		}
 		h.streamLegacy = legacy == legacyHeadersStream
+		if h.CDN != nil {
+			return h.provisionCDN(repl, s) // cdn.go
+		}
 	}
 	return nil
 }

@@ -3,9 +3,8 @@ package presign
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,13 +24,14 @@ const (
 )
 
 // ErrS3GrantEnded is returned for a notAfter that is not after now: there is
-// no grant left to hand out a URL for.
-var ErrS3GrantEnded = errors.New("presign: s3: grant already ended")
+// no grant left to hand out a URL for. It wraps ErrGrantEnded.
+var ErrS3GrantEnded = fmt.Errorf("presign: s3: %w", ErrGrantEnded)
 
 // ErrS3GrantTooShort is returned when the grant ends so soon that no
 // presigned URL (whole seconds, SigV4) can be valid now and expire before
-// the grant does. The grant itself is still live: serve the bytes.
-var ErrS3GrantTooShort = errors.New("presign: s3: grant ends too soon for a presigned URL")
+// the grant does. The grant itself is still live: serve the bytes. It
+// wraps ErrGrantTooShort.
+var ErrS3GrantTooShort = fmt.Errorf("presign: s3: %w", ErrGrantTooShort)
 
 // S3PresignOptions configures an S3Presigner.
 type S3PresignOptions struct {
@@ -64,30 +64,7 @@ type S3Presigner struct {
 	api       []func(*middleware.Stack) error // extra SDK middleware (tests)
 	bucket    string
 	objectKey func(string) string // segment id → object key (the store's layout)
-	ttl       int64               // seconds
-	window    int64               // seconds
-	perShrd   int
-	shards    [s3Shards]s3Shard
-}
-
-const s3Shards = 16
-
-type s3Key struct {
-	id      string
-	start   int64 // signing time, unix seconds
-	expires int64 // X-Amz-Expires, seconds
-}
-
-type s3Entry struct {
-	url   string
-	until int64 // unix ns after which the URL is no longer valid
-}
-
-type s3Shard struct {
-	mu    sync.RWMutex
-	m     map[s3Key]s3Entry
-	swept int64 // window start of the last sweep
-	_     [32]byte
+	cache     *windowCache
 }
 
 // NewS3Presigner builds a presigner on client (its region, endpoint,
@@ -107,22 +84,9 @@ func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) str
 	if ttl == 0 {
 		ttl = DefaultS3PresignTTL
 	}
-	if ttl < time.Second || ttl > MaxS3PresignTTL || ttl%time.Second != 0 {
-		return nil, errors.New("presign: s3: ttl must be whole seconds between 1s and 7 days")
-	}
-	window := opts.Window
-	if window == 0 {
-		window = (ttl / 4).Truncate(time.Second)
-		if window < time.Second {
-			window = time.Second
-		}
-	}
-	if window < time.Second || window > ttl || window%time.Second != 0 {
-		return nil, errors.New("presign: s3: window must be whole seconds between 1s and the ttl")
-	}
-	max := opts.MaxEntries
-	if max <= 0 {
-		max = DefaultS3PresignMaxEntries
+	cache, err := newWindowCache("presign: s3", ttl, opts.Window, opts.MaxEntries)
+	if err != nil {
+		return nil, err
 	}
 
 	logOpts := client.Options()
@@ -146,21 +110,16 @@ func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) str
 		api:       apiOptions,
 		bucket:    bucket,
 		objectKey: objectKey,
-		ttl:       int64(ttl / time.Second),
-		window:    int64(window / time.Second),
-		perShrd:   (max + s3Shards - 1) / s3Shards,
-	}
-	for i := range p.shards {
-		p.shards[i].m = make(map[s3Key]s3Entry)
+		cache:     cache,
 	}
 	return p, nil
 }
 
 // TTL is the configured longest URL life.
-func (p *S3Presigner) TTL() time.Duration { return time.Duration(p.ttl) * time.Second }
+func (p *S3Presigner) TTL() time.Duration { return time.Duration(p.cache.ttl) * time.Second }
 
 // Window is the configured signing window.
-func (p *S3Presigner) Window() time.Duration { return time.Duration(p.window) * time.Second }
+func (p *S3Presigner) Window() time.Duration { return time.Duration(p.cache.window) * time.Second }
 
 // URL returns a presigned GET of segmentID's object that expires strictly
 // before notAfter and no later than now+TTL. notAfter not after now is
@@ -184,126 +143,45 @@ func (p *S3Presigner) Window() time.Duration { return time.Duration(p.window) * 
 // cached per (segment, start, expires): every call in a window with the
 // same bound gets the same URL.
 func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
-	if !s3ValidID(segmentID) {
+	if !validSegmentID(segmentID) {
 		return "", time.Time{}, errors.New("presign: s3: malformed segment id")
 	}
-	if !notAfter.After(now) {
+	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
+		url, credUntil, err := p.sign(ctx, segmentID, k.start, k.expires)
+		if err != nil {
+			return "", 0, err
+		}
+		until := (k.start + k.expires) * 1e9
+		if credUntil != 0 && credUntil < until {
+			until = credUntil
+		}
+		return url, until, nil
+	})
+	switch err {
+	case nil:
+		return u, exp, nil
+	case ErrGrantEnded:
 		return "", time.Time{}, ErrS3GrantEnded
-	}
-	k, aligned, nowNs, ok := p.key(segmentID, now, notAfter)
-	if !ok {
+	case ErrGrantTooShort:
 		return "", time.Time{}, ErrS3GrantTooShort
+	case errUnusable:
+		return "", time.Time{}, errors.New("presign: s3: " + errUnusable.Error())
 	}
-	if e, hit := p.cached(k, nowNs); hit {
-		return e.url, time.Unix(0, e.until), nil
-	}
-	sh := &p.shards[s3HexVal(segmentID[7])]
-
-	url, credUntil, err := p.sign(ctx, segmentID, k.start, k.expires)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	until := (k.start + k.expires) * 1e9
-	if credUntil != 0 && credUntil < until {
-		until = credUntil
-	}
-	k.id = strings.Clone(segmentID) // do not pin the caller's buffer
-	sh.mu.Lock()
-	if cur, ok := sh.m[k]; ok && nowNs < cur.until {
-		// A concurrent caller signed first: hand out its URL, so every
-		// caller in the window sees the same one.
-		url, until = cur.url, cur.until
-	} else {
-		p.insert(sh, k, s3Entry{url: url, until: until}, aligned, nowNs)
-	}
-	sh.mu.Unlock()
-	if until <= nowNs {
-		return "", time.Time{}, errors.New("presign: s3: credentials expire before the URL could be used")
-	}
-	return url, time.Unix(0, until), nil
+	return "", time.Time{}, err
 }
 
 // CachedURL is URL answered from the cache only: ok is false when the URL
 // for this request is not cached yet (call URL then). It does no I/O and
 // needs no context.
 func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !s3ValidID(segmentID) || !notAfter.After(now) {
+	if !validSegmentID(segmentID) {
 		return "", time.Time{}, false
 	}
-	k, _, nowNs, fits := p.key(segmentID, now, notAfter)
-	if !fits {
-		return "", time.Time{}, false
-	}
-	e, hit := p.cached(k, nowNs)
-	if !hit {
-		return "", time.Time{}, false
-	}
-	return e.url, time.Unix(0, e.until), true
-}
-
-// cached is the still-valid cache entry for k at nowNs, if any.
-func (p *S3Presigner) cached(k s3Key, nowNs int64) (s3Entry, bool) {
-	sh := &p.shards[s3HexVal(k.id[7])]
-	sh.mu.RLock()
-	e, ok := sh.m[k]
-	sh.mu.RUnlock()
-	return e, ok && nowNs < e.until
-}
-
-// key is the cache key of a request at now for a grant ending at notAfter
-// (the signing start and expires described at URL), the window start, and
-// now in nanoseconds. ok is false when no URL fits (ErrS3GrantTooShort).
-func (p *S3Presigner) key(segmentID string, now, notAfter time.Time) (k s3Key, aligned, nowNs int64, ok bool) {
-	nowNs = now.UnixNano()
-	naNs := nowNs + (p.ttl+p.window+1)*1e9 // beyond any bound: no overflow for far-future grants
-	if d := notAfter.Sub(now); d < time.Duration(p.ttl+p.window+1)*time.Second {
-		naNs = nowNs + int64(d)
-	}
-	nowS := s3FloorDiv(nowNs, 1e9)
-	aligned = nowS - s3Mod(nowS, p.window)
-	end := s3FloorDiv(naNs-1, 1e9) // the last whole second strictly before notAfter
-	if end*1e9 <= nowNs {
-		return s3Key{}, aligned, nowNs, false
-	}
-	expires := end - aligned // ≥ 1: end > now ≥ aligned
-	if expires > p.ttl {
-		expires = p.ttl
-	}
-	return s3Key{id: segmentID, start: aligned, expires: expires}, aligned, nowNs, true
-}
-
-// insert adds e under k; sh.mu is held. The first insert of a window drops
-// the shard's entries of past windows (and any expired early); a full shard
-// then drops an arbitrary entry.
-func (p *S3Presigner) insert(sh *s3Shard, k s3Key, e s3Entry, aligned, nowNs int64) {
-	if aligned > sh.swept {
-		for ck, ce := range sh.m {
-			if ck.start < aligned || ce.until <= nowNs {
-				delete(sh.m, ck)
-			}
-		}
-		sh.swept = aligned
-	}
-	if len(sh.m) >= p.perShrd {
-		for ck := range sh.m {
-			delete(sh.m, ck)
-			break
-		}
-	}
-	sh.m[k] = e
+	return p.cache.getCached(segmentID, now, notAfter)
 }
 
 // Len is the number of cached URLs.
-func (p *S3Presigner) Len() int {
-	n := 0
-	for i := range p.shards {
-		sh := &p.shards[i]
-		sh.mu.RLock()
-		n += len(sh.m)
-		sh.mu.RUnlock()
-	}
-	return n
-}
+func (p *S3Presigner) Len() int { return p.cache.len() }
 
 // sign presigns through the SDK with X-Amz-Date = start and X-Amz-Expires =
 // expires. credUntil is the signing credentials' expiry (unix ns), 0 when
@@ -359,33 +237,3 @@ func (s *s3TimedSigner) PresignHTTP(ctx context.Context, creds aws.Credentials, 
 	}
 	return s.v4.PresignHTTP(ctx, creds, r, payloadHash, service, region, signingTime, optFns...)
 }
-
-func s3ValidID(id string) bool {
-	if len(id) != 71 || id[:7] != "sha256:" {
-		return false
-	}
-	for i := 7; i < 71; i++ {
-		c := id[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func s3HexVal(c byte) int {
-	if c <= '9' {
-		return int(c - '0')
-	}
-	return int(c-'a') + 10
-}
-
-func s3FloorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
-}
-
-func s3Mod(a, b int64) int64 { return a - s3FloorDiv(a, b)*b }
