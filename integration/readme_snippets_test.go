@@ -32,6 +32,9 @@ import (
 //     Variables ending in _PREVIOUS or _NEXT stay unset: they exist only
 //     during a key rotation, so a first-deployment snippet naming one
 //     fails when pasted (`key 2 is empty`), and so fails here.
+//   - the CloudFront private key file /etc/caddy/cloudfront-private-key.pem
+//     is a generated RSA 2048 key, and every S3 `region` is the
+//     versitygw's.
 //   - the stores: /var/lib/syncular/sync.db is a freshly seeded SQLite
 //     file, bucket syncular-segments exists, and every `endpoint` (an R2
 //     account URL in the docs) points at the versitygw; /var/log/caddy
@@ -221,16 +224,19 @@ func TestReadmeSnippets(t *testing.T) {
 		t.Fatalf("docs/ has %d Markdown files with %d config blocks: the walk or the extraction is broken", len(pages), fromDocs)
 	}
 	snips = append(snips, exampleConfigs(t)...)
+	_, _, cdnKey := cdnKeyPEM(t) // the CloudFront key file docs/cdn.md names
 	for i, s := range snips {
 		t.Run(s.where, func(t *testing.T) {
 			text := strings.NewReplacer(
 				"/var/lib/syncular/sync.db", db,
 				"/var/log/caddy", logDir,
+				"/etc/caddy/cloudfront-private-key.pem", cdnKey,
 			).Replace(s.text)
 			port := freePort(t)
 			switch s.lang {
 			case "caddyfile":
 				text = caddyEndpoint.ReplaceAllString(text, "${1} "+srv.Endpoint)
+				text = caddyRegion.ReplaceAllString(text, "${1} auto") // the versitygw's region
 				if first := firstToken(text); first == "syncular_segments" {
 					text = fmt.Sprintf("{\n\tadmin off\n}\n\n:%d {\n%s}\n", port, text)
 				}
