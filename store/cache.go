@@ -102,6 +102,7 @@ type Cached struct {
 	byteHits, byteMisses     atomic.Int64
 	passThrough              atomic.Int64
 	diskReads                atomic.Int64
+	storeRead                atomic.Int64 // segment bytes read from inner (observe.go)
 }
 
 // NewCached wraps inner. Options are taken as given (see
@@ -236,46 +237,56 @@ var errNoRoom = errors.New("store: cache: no room")
 // cached and served to every concurrent caller), then the inner store,
 // streamed uncached.
 func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
+	rc, _, err := c.OpenTier(ctx, segmentID, off, n)
+	return rc, err
+}
+
+// OpenTier is Open, and says which tier answered (observe.go).
+func (c *Cached) OpenTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
 	if off < 0 {
-		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
+		return nil, TierStore, fmt.Errorf("store: cache open: negative offset %d", off)
 	}
-	if rc, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
-		return rc, err
+	if rc, t, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
+		return rc, t, err
 	}
 	if size, ok := c.records.size(segmentID); ok {
 		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
 	}
 	c.passThrough.Add(1)
-	return c.inner.Open(ctx, segmentID, off, n)
+	return c.openInner(ctx, segmentID, off, n)
 }
 
 // openMemory serves segmentID from the bytes cache, filling it first when
 // the segment fits. ok is false, with no error, when the segment is not
 // for memory (bytes cache off, length unknown, larger than MaxEntry, or
 // no room for a fill): the next tier serves it.
-func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, ok bool, err error) {
+func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, t Tier, ok bool, err error) {
 	if c.opts.MaxBytes <= 0 {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	if b, ok := c.blobs.get(segmentID); ok {
 		c.byteHits.Add(1)
-		return sliceReader(b, off, n), true, nil
+		return sliceReader(b, off, n), TierMemory, true, nil
 	}
 	size, ok := c.records.size(segmentID)
 	if !ok || size > c.opts.MaxEntry {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	c.byteMisses.Add(1)
-	b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
+	b, joined, err := c.fills.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
 		return c.fill(sctx, segmentID, size)
 	})
+	t = TierMemoryFill
+	if joined {
+		t = TierMemoryFollow
+	}
 	switch {
 	case err == nil:
-		return sliceReader(b, off, n), true, nil
+		return sliceReader(b, off, n), t, true, nil
 	case errors.Is(err, errNoRoom):
-		return nil, false, nil
+		return nil, 0, false, nil
 	default:
-		return nil, false, err
+		return nil, t, false, err
 	}
 }
 
@@ -302,7 +313,9 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	}
 	defer rc.Close()
 	buf := make([]byte, size)
-	if _, err := io.ReadFull(rc, buf); err != nil {
+	k, err := io.ReadFull(rc, buf)
+	c.storeRead.Add(int64(k))
+	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
 		}
@@ -310,6 +323,7 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	}
 	var extra [1]byte
 	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
+		c.storeRead.Add(int64(k))
 		return nil, fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
 	}
 	sum := sha256.Sum256(buf)
