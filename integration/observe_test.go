@@ -306,7 +306,10 @@ func TestObserveCacheOutcomes(t *testing.T) {
 	// object, checks the gauges while they are held, and returns the
 	// answers.
 	phase := time.Now()
-	lap := func(what string) { t.Logf("%s: %v", what, time.Since(phase).Round(time.Millisecond)); phase = time.Now() }
+	lap := func(what string) {
+		t.Logf("%s: %v", what, time.Since(phase).Round(time.Millisecond))
+		phase = time.Now()
+	}
 	storm := func(url, objKey string, n int, fills, followers string) []obsAnswer {
 		t.Helper()
 		gate.hold(objKey)
