@@ -153,7 +153,9 @@ func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
 	if st := h.obs.status; st != nil {
 		w.Header()["Cache-Status"] = []string{st[k]}
 	}
-	h.metrics.firstByte(k, time.Since(d.start))
+	now := time.Now()
+	d.tr.statusAt = now // tracing.go
+	h.metrics.firstByte(k, now.Sub(d.start))
 }
 
 // openTier opens the segment's bytes and names the tier that answered:

@@ -157,6 +157,7 @@ func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, 
 	writeBytesHeaders(w, g, byteRange{off: 0, n: v.size}, rangeNone, d)
 	h.setVariantHeaders(w.Header(), g.segID, v)
 	kind := variantKind(v.body) // cachestatus.go
+	d.tr.coding = v.coding.String()
 	if r.Method == http.MethodHead {
 		kind = cacheRecord
 	}

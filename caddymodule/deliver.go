@@ -163,6 +163,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	defer cancel()
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
 	start := time.Now()
+	d.tr.openAt = start
 	body, kind, err := h.openTier(ctx, g.segID, br.off, br.n) // cachestatus.go
 	timedOut := !timer.Stop()
 	d.open = time.Since(start)
@@ -227,6 +228,7 @@ func writeBytesHeaders(w http.ResponseWriter, g grant, br byteRange, rr rangeRes
 // delivery, rather than hand out a URL that outlives the grant.
 func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *decision) {
 	start := time.Now()
+	d.tr.presignAt = start // tracing.go
 	u, expires, err := h.presignURL(r.Context(), g)
 	d.presign = time.Since(start)
 	h.metrics.storeOp(opPresign, d.presign)

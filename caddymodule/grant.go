@@ -38,6 +38,7 @@ func (g grant) etag() string { return `"` + g.segID + `"` }
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *token.Claims, now time.Time) (g grant, ok bool) {
 	ctx, cancel := h.lookupContext(r.Context())
 	start := time.Now()
+	d.tr.lookupAt = start // tracing.go
 	rec, err := h.store.Lookup(ctx, segID)
 	d.lookup = time.Since(start)
 	cancel()

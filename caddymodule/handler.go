@@ -67,7 +67,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	now := h.now()
 	var claims token.Claims
+	d.startTrace(ctx) // tracing.go
 	slot, err := h.verifier.VerifyInto(&claims, tokens[0], segID, now)
+	if d.traced() {
+		d.tr.verified = time.Now()
+	}
 	d.setSlot(slot)
 	h.metrics.verification(slot)
 	if err != nil {
