@@ -283,8 +283,8 @@ func TestObserveCacheOutcomes(t *testing.T) {
 		diskFollowers = `caddy_syncular_fill_followers{tier="disk"}`
 	)
 
-	// want is the Cache-Status of each request, in order, by the name of
-	// the route's cache; the access log is checked against the same list.
+	// log lists each request sent, its cache outcome and Cache-Status;
+	// the access log is checked against it.
 	type sent struct {
 		method, uri, cache, status string
 	}
@@ -302,14 +302,14 @@ func TestObserveCacheOutcomes(t *testing.T) {
 		log = append(log, sent{method, u, cache, status})
 	}
 
-	// storm runs n concurrent GETs of url while the gate holds the
-	// object, checks the gauges while they are held, and returns the
-	// answers.
 	phase := time.Now()
 	lap := func(what string) {
 		t.Logf("%s: %v", what, time.Since(phase).Round(time.Millisecond))
 		phase = time.Now()
 	}
+	// storm runs n concurrent GETs of url while the gate holds the
+	// object, checks the gauges while they are held, and returns the
+	// answers.
 	storm := func(url, objKey string, n int, fills, followers string) []obsAnswer {
 		t.Helper()
 		gate.hold(objKey)
@@ -345,7 +345,7 @@ func TestObserveCacheOutcomes(t *testing.T) {
 		}
 		return answers
 	}
-	checkStorm := func(url, id string, size int64, answers []obsAnswer, tierDetail string) {
+	checkStorm := func(url, id string, size int64, answers []obsAnswer) {
 		t.Helper()
 		for i, a := range answers {
 			if a.err != nil || a.status != 200 || a.id != id || a.n != size {
@@ -361,7 +361,7 @@ func TestObserveCacheOutcomes(t *testing.T) {
 
 	// 1. Memory: a cold fill and 3 followers while it is held, then a hit.
 	smallURL := sign("proxy", sid, hardAud)
-	checkStorm(smallURL, sid, int64(len(small)), storm(smallURL, s3test.ObjectKey("", sid), 4, memFills, memFollowers), "memory")
+	checkStorm(smallURL, sid, int64(len(small)), storm(smallURL, s3test.ObjectKey("", sid), 4, memFills, memFollowers))
 	expect("GET", smallURL, "memory", "caddy-syncular; hit; detail=memory", obsGet("GET", smallURL, nil))
 	expect("HEAD", smallURL, "record", "caddy-syncular; hit; detail=record", obsGet("HEAD", smallURL, nil))
 	expect("GET", smallURL, "record", "caddy-syncular; hit; detail=record",
@@ -370,7 +370,7 @@ func TestObserveCacheOutcomes(t *testing.T) {
 	lap("memory")
 	// 2. Disk: a cold fill and 3 followers reading it as it lands, then a hit.
 	largeURL := sign("proxy", lid, hardAud)
-	checkStorm(largeURL, lid, int64(len(large)), storm(largeURL, s3test.ObjectKey("", lid), 4, diskFills, diskFollowers), "disk")
+	checkStorm(largeURL, lid, int64(len(large)), storm(largeURL, s3test.ObjectKey("", lid), 4, diskFills, diskFollowers))
 	expect("GET", largeURL, "disk", "caddy-syncular; hit; detail=disk", obsGet("GET", largeURL, nil))
 
 	lap("disk")
@@ -439,6 +439,9 @@ func TestObserveCacheOutcomes(t *testing.T) {
 		entries = readAccess(t, filepath.Join(c.Dir(), "access.log"))
 		return len(entries) >= want
 	})
+	if raw, err := os.ReadFile(filepath.Join(c.Dir(), "access.log")); err == nil && len(entries) > 0 {
+		t.Logf("access log: %d lines, %d bytes a line on average", len(entries), len(raw)/len(entries))
+	}
 	var granted []accessEntry
 	tenant := ""
 	for _, e := range entries {
