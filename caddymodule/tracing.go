@@ -6,11 +6,14 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/syncular/caddy-syncular/store"
 )
 
 // Traces: when Caddy's tracing handler wraps the route, the request's
 // context carries a recording span, and the handler adds child spans for
-// its steps: syncular.verify, syncular.lookup, syncular.fill /
+// its steps: syncular.verify, syncular.lookup (syncular.record: the
+// record cache, this request's store read, or another's), syncular.fill /
 // syncular.follow / syncular.open (the bytes, named by how they were
 // found), syncular.presign and syncular.write. They are built in finish
 // from the times the request recorded on its way, so a request that is
@@ -33,6 +36,22 @@ type traceMarks struct {
 	presignAt time.Time
 	statusAt  time.Time
 	coding    string // the answer's content coding, when not identity
+	record    store.RecordSource
+}
+
+// recordSources are the syncular.record values of the lookup span.
+var recordSources = [...]string{store.RecordStore: "store", store.RecordMemory: "memory", store.RecordFollow: "follower"}
+
+// lookupRecord reads the segment's record and notes where it came from:
+// the record cache, this request's store read, or another's.
+func (h *Handler) lookupRecord(ctx context.Context, segID string, d *decision) (*store.Record, error) {
+	if rs, ok := h.store.(store.RecordSourcer); ok {
+		rec, src, err := rs.LookupFrom(ctx, segID)
+		d.tr.record = src
+		return rec, err
+	}
+	d.tr.record = store.RecordStore
+	return h.store.Lookup(ctx, segID)
 }
 
 // startTrace notes the request's context when its span is recording.
@@ -63,7 +82,8 @@ func (h *Handler) endSpans(d *decision, end time.Time) {
 		sp.End(trace.WithTimestamp(to))
 	}
 	span("syncular.verify", d.start, d.tr.verified, attribute.String("syncular.key_slot", slotLabel(d.slot)))
-	span("syncular.lookup", d.tr.lookupAt, d.tr.lookupAt.Add(d.lookup), attribute.String("syncular.backend", backend))
+	span("syncular.lookup", d.tr.lookupAt, d.tr.lookupAt.Add(d.lookup), attribute.String("syncular.backend", backend),
+		attribute.String("syncular.record", recordSources[d.tr.record]))
 	cache := ""
 	if d.cache != cacheNone {
 		cache = cacheNames[d.cache]

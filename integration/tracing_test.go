@@ -285,7 +285,7 @@ func TestTracingSpans(t *testing.T) {
 		t.Fatalf("receiver: %v", errs)
 	}
 
-	allowed := map[string]bool{"syncular.segment_id": true, "syncular.key_slot": true, "syncular.backend": true,
+	allowed := map[string]bool{"syncular.segment_id": true, "syncular.key_slot": true, "syncular.backend": true, "syncular.record": true,
 		"syncular.cache": true, "syncular.delivery": true, "syncular.coding": true, "syncular.outcome": true}
 	secrets := []string{good, other, hex.EncodeToString(key), hardAud, "aud:p2", "p1", "p2"}
 	outcomes := map[string]int{}
@@ -321,6 +321,15 @@ func TestTracingSpans(t *testing.T) {
 			if w.attrs["syncular.cache"] != cache || w.attrs["syncular.delivery"] != "serve" || w.attrs["syncular.coding"] != "identity" {
 				t.Errorf("write span attributes %v", w.attrs)
 			}
+		}
+		// The first request read the record from the store; the next
+		// ones found it in the record cache.
+		wantRecord := "memory"
+		if cache == "fill" {
+			wantRecord = "store"
+		}
+		if v := tr.children["syncular.lookup"].attrs["syncular.record"]; v != wantRecord {
+			t.Errorf("%s/%s: lookup span syncular.record %q, want %q", outcome, cache, v, wantRecord)
 		}
 		if v := tr.children["syncular.verify"].attrs["syncular.key_slot"]; v != "1" {
 			t.Errorf("verify span key_slot %q", v)

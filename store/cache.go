@@ -186,14 +186,24 @@ func (c *Cached) Stats() CacheStats {
 // RecordTTL; otherwise one inner Lookup is shared by every concurrent
 // caller for the id. Errors, ErrNotFound included, are not cached.
 func (c *Cached) Lookup(ctx context.Context, segmentID string) (*Record, error) {
+	rec, _, err := c.LookupFrom(ctx, segmentID)
+	return rec, err
+}
+
+// LookupFrom is Lookup, and says where the record came from (observe.go).
+func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error) {
 	if c.opts.RecordTTL > 0 {
 		if rec, ok := c.records.get(segmentID, c.opts.Now().Add(-c.opts.RecordTTL)); ok {
 			c.recordHits.Add(1)
-			return rec, nil
+			return rec, RecordMemory, nil
 		}
 	}
 	c.recordMisses.Add(1)
-	return c.fetch(ctx, segmentID)
+	rec, joined, err := c.fetchJoined(ctx, segmentID)
+	if joined {
+		return rec, RecordFollow, err
+	}
+	return rec, RecordStore, err
 }
 
 // Revalidate returns a record of segmentID at least as new as a read
@@ -218,7 +228,13 @@ func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) 
 // fetch reads the record from the inner store, one read shared by every
 // concurrent caller for the id, and caches it.
 func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
-	return c.lookups.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
+	rec, _, err := c.fetchJoined(ctx, segmentID)
+	return rec, err
+}
+
+// fetchJoined is fetch, and reports whether the read was another caller's.
+func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bool, error) {
+	return c.lookups.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
 		start := c.opts.Now()
 		rec, err := c.inner.Lookup(sctx, segmentID)
 		if err == nil && rec != nil {

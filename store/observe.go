@@ -50,6 +50,24 @@ func (t Tier) Followed() bool { return t == TierMemoryFollow || t == TierDiskFol
 // Disk reports the disk tier's answers (hit, fill, follow).
 func (t Tier) Disk() bool { return t >= TierDisk }
 
+// RecordSource says where a Lookup's record came from.
+type RecordSource uint8
+
+const (
+	// RecordStore: this caller's read of the inner store.
+	RecordStore RecordSource = iota
+	// RecordMemory: the record cache, within its TTL.
+	RecordMemory
+	// RecordFollow: a read of the inner store another caller had started.
+	RecordFollow
+)
+
+// RecordSourcer is a store that says where a Lookup's record came from
+// (Cached).
+type RecordSourcer interface {
+	LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error)
+}
+
 // TierOpener is a store that says which tier answered an Open (Cached).
 type TierOpener interface {
 	OpenTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error)
@@ -144,6 +162,7 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 // Interface guards
 var (
 	_ TierOpener    = (*Cached)(nil)
+	_ RecordSourcer = (*Cached)(nil)
 	_ io.ReadCloser = (*countingBody)(nil)
 	_ io.Writer     = (*countingWriter)(nil)
 )

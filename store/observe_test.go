@@ -33,8 +33,11 @@ func TestOpenTierAndFlow(t *testing.T) {
 	c, d := tierCache(t, inner, t.TempDir())
 	ctx := context.Background()
 	for _, id := range []string{sid, lid} {
-		if _, err := c.Lookup(ctx, id); err != nil {
-			t.Fatal(err)
+		if _, src, err := c.LookupFrom(ctx, id); err != nil || src != RecordStore {
+			t.Fatalf("first lookup: %v, source %d (want RecordStore)", err, src)
+		}
+		if _, src, err := c.LookupFrom(ctx, id); err != nil || src != RecordMemory {
+			t.Fatalf("second lookup: %v, source %d (want RecordMemory)", err, src)
 		}
 	}
 
