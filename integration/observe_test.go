@@ -512,3 +512,109 @@ func TestObserveCacheOutcomes(t *testing.T) {
 		t.Fatalf("versitygw sent %d, want %d (one read per fill, one per stream)", wire, want)
 	}
 }
+
+const observeSQLiteSite = `{
+	admin 127.0.0.1:{{ADMIN}}
+	default_bind 127.0.0.1
+}
+
+http://127.0.0.1:{{PORT}} {
+	syncular_segments /tiers/segments/* {
+		key {env.SEG_KEY}
+		audience template aud:{partition}
+		store sqlite DBPATH
+		untokened reject
+		cache_status on
+		cache {
+			max_entry 256KiB
+			disk {{DIR}}/disk
+		}
+	}
+	syncular_segments /stream/segments/* {
+		key {env.SEG_KEY}
+		audience template aud:{partition}
+		store sqlite DBPATH
+		untokened reject
+		cache_status on
+		cache {
+			max_entry 256KiB
+			disk off
+		}
+	}
+	respond 404
+}
+`
+
+// With a SQLite store: a memory fill (a whole read), a disk fill (the
+// store's one-transaction copy) and a stream are each counted once in
+// store_read_bytes_total{backend="sqlite"}, hits not at all; a
+// compressed variant held in memory reports a memory hit, and the bytes
+// of each outcome add up in cache_bytes_served_total.
+func TestObserveStoreBytesSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sync.db")
+	small := bytes.Repeat([]byte("compressible rows of a segment "), 2048) // 62 KiB
+	large := pseudoRandom(3<<20, 71)
+	ids := seedStore(t, path, "wal", small, large)
+	key := newKey32(t)
+	c := startCaddy(t, strings.ReplaceAll(observeSQLiteSite, "DBPATH", path), "SEG_KEY=hex:"+hex.EncodeToString(key))
+	sign := func(route, id string) string {
+		return c.Base + "/" + route + "/segments/" + id + "?st=" + token.Sign(key, id, hardDigest, hardAud, time.Now().Add(time.Hour).Unix())
+	}
+	get := func(url string, hdr map[string]string, wantCache string) obsAnswer {
+		t.Helper()
+		a := obsGet("GET", url, hdr)
+		if a.err != nil || a.status != 200 {
+			t.Fatalf("%s: %d %v", wantCache, a.status, a.err)
+		}
+		if len(a.cacheStatus) != 1 || a.cacheStatus[0] != wantCache {
+			t.Fatalf("Cache-Status %q, want %q", a.cacheStatus, wantCache)
+		}
+		return a
+	}
+	get(sign("tiers", ids[0]), nil, "caddy-syncular; fwd=uri-miss; stored")
+	get(sign("tiers", ids[0]), nil, "caddy-syncular; hit; detail=memory")
+	get(sign("tiers", ids[1]), nil, "caddy-syncular; fwd=uri-miss; stored")
+	get(sign("tiers", ids[1]), nil, "caddy-syncular; hit; detail=disk")
+	get(sign("stream", ids[1]), nil, "caddy-syncular; fwd=bypass")
+
+	// The zstd variant of the small segment is built in the background
+	// after its first read; once held, it is a memory hit.
+	var coded obsAnswer
+	if waitFor(10*time.Second, func() bool {
+		req, _ := http.NewRequest("GET", sign("tiers", ids[0]), nil)
+		req.Header.Set("Accept-Encoding", "zstd")
+		res, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer res.Body.Close()
+		io.Copy(io.Discard, res.Body)
+		coded = obsAnswer{status: res.StatusCode, cacheStatus: res.Header.Values("Cache-Status")}
+		return res.Header.Get("Content-Encoding") == "zstd"
+	}) < 0 {
+		t.Fatal("no zstd variant")
+	}
+	if len(coded.cacheStatus) != 1 || coded.cacheStatus[0] != "caddy-syncular; hit; detail=memory" {
+		t.Fatalf("variant answer: Cache-Status %q", coded.cacheStatus)
+	}
+
+	m := scrape(t, c)
+	want := float64(len(small) + 2*len(large)) // memory fill, disk fill, one stream
+	if got := m[`caddy_syncular_store_read_bytes_total{backend="sqlite"}`]; got != want {
+		t.Fatalf("store_read_bytes_total{sqlite} = %v, want %v:\n%s", got, want, dumpSyncular(m))
+	}
+	for cache, want := range map[string]float64{
+		"fill": float64(len(small) + len(large)), "disk": float64(len(large)), "stream": float64(len(large)),
+	} {
+		if got := m[`caddy_syncular_cache_bytes_served_total{cache="`+cache+`",server="srv0"}`]; got != want {
+			t.Errorf("cache_bytes_served_total{%s} = %v, want %v", cache, got, want)
+		}
+	}
+	// Memory: the identity hit plus the variant answers (their sizes).
+	if got := m[`caddy_syncular_cache_bytes_served_total{cache="memory",server="srv0"}`]; got < float64(len(small)) {
+		t.Errorf("cache_bytes_served_total{memory} = %v, want at least %d", got, len(small))
+	}
+	if got := m[`caddy_syncular_first_byte_seconds_count{cache="fill",server="srv0"}`]; got != 2 {
+		t.Errorf("first_byte_seconds_count{fill} = %v, want 2", got)
+	}
+}
