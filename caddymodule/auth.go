@@ -49,6 +49,9 @@ func (h *Handler) buildAuth(repl *caddy.Replacer) error {
 		keys = append(keys, kb)
 	}
 	h.verifier = token.NewVerifier(keys, h.skew, h.MaxTokenLength)
+	if err := h.buildObserve(repl, keys[0]); err != nil {
+		return err
+	}
 	aud, err := h.Audience.build(repl, h.weakKeysOK)
 	if err != nil {
 		return err

@@ -56,6 +56,8 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    disable_metrics                                # no caddy_syncular_* metrics
 //	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config
 //	    compress         zstd gzip|gzip|zstd|off       # default zstd gzip (preference order); off: identity only
+//	    cache_status     on [<name>]|off               # RFC 9211 Cache-Status on granted answers; default off, name caddy-syncular
+//	    tenant_key       <secret>                      # key of {http.syncular.tenant}; default derived from the first key
 //	    cache {                                        # in-memory cache; every line optional
 //	        max_bytes   <size>                         # default 64MiB; 0 disables the bytes cache
 //	        max_entry   <size>                         # default 8MiB: larger segments stream uncached

@@ -78,6 +78,21 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"legacy_headers unset", `syncular_segments {
 			key k
 		}`, func(h *Handler) bool { return h.LegacyHeaders == "" }},
+		{"cache_status on", `syncular_segments {
+			key k
+			cache_status on
+		}`, func(h *Handler) bool { return h.CacheStatus && h.CacheStatusName == "" }},
+		{"cache_status named", `syncular_segments {
+			key k
+			cache_status on edge-fra1
+			tenant_key {env.TENANT_KEY}
+		}`, func(h *Handler) bool {
+			return h.CacheStatus && h.CacheStatusName == "edge-fra1" && h.TenantKey == "{env.TENANT_KEY}"
+		}},
+		{"cache_status off", `syncular_segments {
+			key k
+			cache_status off
+		}`, func(h *Handler) bool { return !h.CacheStatus }},
 	}
 	for _, c := range good {
 		t.Run(c.name, func(t *testing.T) {
@@ -110,6 +125,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"legacy_headers value", "syncular_segments {\n legacy_headers proxy\n}", "legacy_headers must be stream or redirect"},
 		{"legacy_headers missing", "syncular_segments {\n legacy_headers\n}", "wrong argument count"},
 		{"legacy_headers extra", "syncular_segments {\n legacy_headers stream redirect\n}", "wrong argument count"},
+		{"cache_status value", "syncular_segments {\n cache_status yes\n}", "cache_status must be on or off"},
+		{"cache_status missing", "syncular_segments {\n cache_status\n}", "wrong argument count"},
+		{"cache_status bad name", "syncular_segments {\n cache_status on \"two words\"\n}", "is not a token"},
+		{"cache_status off named", "syncular_segments {\n cache_status off x\n}", "takes no name"},
+		{"tenant_key missing", "syncular_segments {\n tenant_key\n}", "wrong argument count"},
 		{"legacy_headers repeated", "syncular_segments {\n legacy_headers stream\n legacy_headers redirect\n}", "legacy_headers specified more than once"},
 	}
 	for _, c := range bad {

@@ -156,12 +156,19 @@ func (h *Handler) notModified(r *http.Request, segID string) bool {
 func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, d *decision, v variantChoice) {
 	writeBytesHeaders(w, g, byteRange{off: 0, n: v.size}, rangeNone, d)
 	h.setVariantHeaders(w.Header(), g.segID, v)
+	kind := variantKind(v.body) // cachestatus.go
+	d.tr.coding = v.coding.String()
+	if r.Method == http.MethodHead {
+		kind = cacheRecord
+	}
+	h.markCache(w, d, kind)
 	w.WriteHeader(http.StatusOK)
 	if r.Method == http.MethodHead {
 		return
 	}
 	n, err := copyBody(w, v.body, v.size)
 	h.metrics.via(d.legacy).bytes(n)
+	h.metrics.cacheBytes(kind, n)
 	h.metrics.codedBytes(v.coding, n)
 	if err != nil {
 		// As for identity bytes: the status line is gone, abort.

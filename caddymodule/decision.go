@@ -26,6 +26,10 @@ type decision struct {
 	lookup   time.Duration
 	open     time.Duration
 	presign  time.Duration
+	start    time.Time  // when the handler got the request (first-byte time)
+	cache    cacheKind  // how a granted answer was made (cachestatus.go)
+	inFlight bool       // counted in caddy_syncular_in_flight until finish
+	tr       traceMarks // when traced: the steps' times (tracing.go)
 }
 
 func (d *decision) setOutcome(outcome string) {
@@ -76,6 +80,12 @@ func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, d *decision
 // (never the token, a key, an audience or a partition id). The line's
 // delivery is the metrics label: the handler's mode, or stream_legacy.
 func (h *Handler) finish(d *decision) {
+	if d.traced() {
+		h.endSpans(d, time.Now()) // tracing.go
+	}
+	if d.inFlight {
+		h.metrics.leaveDelivery()
+	}
 	h.metrics.via(d.legacy).request(d.outcome)
 	c := h.logger.Check(zapcore.DebugLevel, "segment decision")
 	if c == nil {

@@ -31,6 +31,7 @@ const (
 // the answers that succeed; a refusal on the way carries none of them.
 func (h *Handler) deliver(w http.ResponseWriter, r *http.Request, g grant, d *decision) {
 	d.setDelivery(h.Delivery)
+	d.inFlight = h.metrics.enterDelivery() // left in finish
 	if h.Delivery == DeliveryRedirect {
 		if h.streamsLegacy(g.rec) {
 			// Fall-back 1: the object carries a legacy record header
@@ -55,6 +56,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, g grant, d *dec
 		setGrantHeaders(w.Header(), g, g.maxAge())
 		h.setNotModifiedHeaders(w.Header(), r, g.segID)
 		d.setOutcome(outcomeNotModified)
+		h.markCache(w, d, cacheRecord)
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
@@ -151,6 +153,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	if r.Method == http.MethodHead {
 		writeBytesHeaders(w, g, br, rr, d)
 		h.setVariantHeaders(w.Header(), g.segID, v)
+		h.markCache(w, d, cacheRecord)
 		w.WriteHeader(status)
 		return
 	}
@@ -160,7 +163,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	defer cancel()
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
 	start := time.Now()
-	body, err := h.store.Open(ctx, g.segID, br.off, br.n)
+	d.tr.openAt = start
+	body, kind, err := h.openTier(ctx, g.segID, br.off, br.n) // cachestatus.go
 	timedOut := !timer.Stop()
 	d.open = time.Since(start)
 	h.metrics.storeOp(opOpen, d.open)
@@ -182,9 +186,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	h.buildAfterRead(g.segID, v)
 	writeBytesHeaders(w, g, br, rr, d)
 	h.setVariantHeaders(w.Header(), g.segID, v)
+	h.markCache(w, d, kind)
 	w.WriteHeader(status)
 	n, err := copyBody(w, body, br.n)
 	h.metrics.via(d.legacy).bytes(n)
+	h.metrics.cacheBytes(kind, n)
 	h.metrics.codedBytes(compress.Identity, n)
 	if err != nil {
 		// The status line is gone, so the client must not see a clean
@@ -222,6 +228,7 @@ func writeBytesHeaders(w http.ResponseWriter, g grant, br byteRange, rr rangeRes
 // delivery, rather than hand out a URL that outlives the grant.
 func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *decision) {
 	start := time.Now()
+	d.tr.presignAt = start // tracing.go
 	u, expires, err := h.presignURL(r.Context(), g)
 	d.presign = time.Since(start)
 	h.metrics.storeOp(opPresign, d.presign)
@@ -241,6 +248,7 @@ func (h *Handler) redirect(w http.ResponseWriter, r *http.Request, g grant, d *d
 	}
 	setRedirectHeaders(w.Header(), life, u)
 	d.setOutcome(outcomeGranted)
+	h.markCache(w, d, cacheRedirect)
 	w.WriteHeader(http.StatusFound)
 }
 

@@ -38,7 +38,8 @@ func (g grant) etag() string { return `"` + g.segID + `"` }
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *token.Claims, now time.Time) (g grant, ok bool) {
 	ctx, cancel := h.lookupContext(r.Context())
 	start := time.Now()
-	rec, err := h.store.Lookup(ctx, segID)
+	d.tr.lookupAt = start
+	rec, err := h.lookupRecord(ctx, segID, d) // tracing.go
 	d.lookup = time.Since(start)
 	cancel()
 	h.metrics.storeOp(opLookup, d.lookup)

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -29,7 +30,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer h.life.leave()
 	ctx := r.Context()
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	d := &decision{ph: placeholdersFor(ctx, repl), slot: -1}
+	d := &decision{ph: placeholdersFor(ctx, repl), slot: -1, start: time.Now()}
 	defer h.finish(d)
 
 	// 1. Verify: the request's shape, then the token.
@@ -66,7 +67,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 	now := h.now()
 	var claims token.Claims
+	d.startTrace(ctx) // tracing.go
 	slot, err := h.verifier.VerifyInto(&claims, tokens[0], segID, now)
+	if d.traced() {
+		d.tr.verified = time.Now()
+	}
 	d.setSlot(slot)
 	h.metrics.verification(slot)
 	if err != nil {
@@ -79,6 +84,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	d.aud = claims.Aud
+	d.ph.publishTenant(claims.Aud, h.obs.tenantKey)
 
 	// 2. Grant: may this token have these bytes now?
 	g, ok := h.authorize(w, r, d, segID, &claims, now)

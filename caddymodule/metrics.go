@@ -34,7 +34,8 @@ type collectors struct {
 	codedBytes    *prometheus.CounterVec   // {server, coding}
 
 	caches *cacheCollector
-	disks  *diskCollector // disktier.go
+	disks  *diskCollector   // disktier.go
+	storm  *stormCollectors // stormmetrics.go
 }
 
 var (
@@ -75,6 +76,7 @@ func moduleCollectors() *collectors {
 			}, []string{"server", "coding"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
 			disks:  newDiskCollector(ns + "_" + sub + "_"),
+			storm:  newStormCollectors(ns, sub),
 		}
 	})
 	return collectorsVal
@@ -82,9 +84,9 @@ func moduleCollectors() *collectors {
 
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
-	return []prometheus.Collector{
+	return append([]prometheus.Collector{
 		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.caches, c.disks,
-	}
+	}, c.storm.all()...)
 }
 
 // register adds the collectors to reg. A collector already registered
@@ -128,6 +130,7 @@ type handlerMetrics struct {
 	// object carries a legacy record header (delivery="stream_legacy");
 	// nil when the handler never does.
 	legacy *handlerMetrics
+	storm  *stormMetrics // stormmetrics.go; nil on the legacy children
 }
 
 func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int) *handlerMetrics {
@@ -150,6 +153,9 @@ func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int
 	}
 	for i := range keys {
 		m.slots = append(m.slots, c.verifications.WithLabelValues(server, strconv.Itoa(i+1)))
+	}
+	if delivery != deliveryStreamLegacy {
+		m.storm = newStormMetrics(c.storm, server, delivery)
 	}
 	return m
 }
@@ -394,6 +400,7 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 		c.disks.add(h.disk)
 		h.statsDisk = h.disk
 	}
+	h.provisionFlows(c) // stormmetrics.go
 	return nil
 }
 
@@ -417,6 +424,7 @@ func serverName(ctx caddy.Context) string {
 
 // cleanupMetrics stops reporting the handler's cache.
 func (h *Handler) cleanupMetrics() {
+	h.cleanupFlows() // stormmetrics.go
 	if h.statsCache != nil {
 		moduleCollectors().caches.remove(h.statsCache)
 		h.statsCache = nil

@@ -121,6 +121,22 @@ type Handler struct {
 	// or empty): ["zstd", "gzip"].
 	Compress []string `json:"compress,omitempty"`
 
+	// Add an RFC 9211 Cache-Status header to every answer that grants
+	// (200, 206, 304, 302, HEAD): "caddy-syncular; hit; detail=memory",
+	// "caddy-syncular; fwd=uri-miss; stored" and so on (cachestatus.go).
+	// A refusal never carries one. Default: false.
+	CacheStatus bool `json:"cache_status,omitempty"`
+
+	// The cache's name in Cache-Status, a token (RFC 8941). Only with
+	// cache_status. Default: "caddy-syncular".
+	CacheStatusName string `json:"cache_status_name,omitempty"`
+
+	// Key of {http.syncular.tenant} (HMAC-SHA256 of the verified
+	// audience), with the rules of keys. Default: derived from the first
+	// key under a fixed label, so the tenant values change when the first
+	// key does; set this to keep them across a key rotation.
+	TenantKey string `json:"tenant_key,omitempty"`
+
 	skew      time.Duration // Skew resolved (default applied)
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
@@ -150,6 +166,8 @@ type Handler struct {
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
 	streamLegacy bool
+
+	obs observe // cache_status and tenant_key resolved (cachestatus.go)
 }
 
 // CaddyModule returns the Caddy module information.

@@ -17,6 +17,8 @@ import (
 //	{http.syncular.delivery}    serve, redirect, proxy or stream_legacy (granted requests)
 //	{http.syncular.key_slot}    1, 2, ...: the key whose MAC matched, or none
 //	{http.syncular.reason}      the refusal message, fixed text without secrets
+//	{http.syncular.cache}       memory, disk, fill, follower, stream, redirect or record (granted answers)
+//	{http.syncular.tenant}      16 hex digits: a keyed hash of the verified audience (computed when read)
 //
 // None of them holds a token, a key, an audience or a partition id.
 const placeholderPrefix = "http.syncular."
@@ -30,6 +32,8 @@ const (
 	phDelivery
 	phKeySlot
 	phReason
+	phCache
+	phTenant
 	numPlaceholders
 )
 
@@ -39,6 +43,8 @@ var placeholderNames = [numPlaceholders]string{
 	phDelivery:  "delivery",
 	phKeySlot:   "key_slot",
 	phReason:    "reason",
+	phCache:     "cache",
+	phTenant:    "tenant",
 }
 
 // placeholderState is the key under which a request's placeholders are
@@ -58,6 +64,10 @@ type placeholders struct {
 	vals [numPlaceholders]string
 	set  [numPlaceholders]bool
 	slot int // the key_slot value, formatted when read
+	// The tenant value is hashed from aud under tenantKey when first
+	// read (cachestatus.go), and kept in vals.
+	aud       string
+	tenantKey []byte
 }
 
 // placeholdersFor returns the placeholders of the request whose replacer
@@ -105,6 +115,14 @@ func (p *placeholders) publishSlot(slot int) {
 	}
 }
 
+// publishTenant sets {http.syncular.tenant} to the keyed hash of aud,
+// computed only if a log or header reads it.
+func (p *placeholders) publishTenant(aud string, key []byte) {
+	if p != nil {
+		p.aud, p.tenantKey, p.vals[phTenant], p.set[phTenant] = aud, key, "", true
+	}
+}
+
 // get is the replacer provider: the value of a published placeholder.
 func (p *placeholders) get(key string) (any, bool) {
 	name, ok := strings.CutPrefix(key, placeholderPrefix)
@@ -121,8 +139,13 @@ func (p *placeholders) get(key string) (any, bool) {
 		if !p.set[i] {
 			return nil, false
 		}
-		if placeholder(i) == phKeySlot {
+		switch placeholder(i) {
+		case phKeySlot:
 			return slotLabel(p.slot), true
+		case phTenant:
+			if p.vals[i] == "" {
+				p.vals[i] = tenantOf(p.tenantKey, p.aud)
+			}
 		}
 		return p.vals[i], true
 	}

@@ -42,6 +42,9 @@ func runDemo(t *testing.T, signedURLs int, args ...string) {
 	if n := len(url.FindAll(out, -1)); n != signedURLs {
 		t.Fatalf("demo printed %d signed URLs on lines of their own, want %d:\n%s", n, signedURLs, out)
 	}
+	if !regexp.MustCompile(`(?m)^Cache-Status of a second download: caddy-syncular; hit; detail=memory$`).Match(out) {
+		t.Errorf("demo printed no Cache-Status line of a memory hit:\n%s", out)
+	}
 	if !regexp.MustCompile(`(?m)^http://127\.0\.0\.1:\d+/metrics$`).Match(out) {
 		t.Errorf("demo printed no metrics URL on a line of its own:\n%s", out)
 	}

@@ -102,6 +102,7 @@ type Cached struct {
 	byteHits, byteMisses     atomic.Int64
 	passThrough              atomic.Int64
 	diskReads                atomic.Int64
+	storeRead                atomic.Int64 // segment bytes read from inner (observe.go)
 }
 
 // NewCached wraps inner. Options are taken as given (see
@@ -185,14 +186,24 @@ func (c *Cached) Stats() CacheStats {
 // RecordTTL; otherwise one inner Lookup is shared by every concurrent
 // caller for the id. Errors, ErrNotFound included, are not cached.
 func (c *Cached) Lookup(ctx context.Context, segmentID string) (*Record, error) {
+	rec, _, err := c.LookupFrom(ctx, segmentID)
+	return rec, err
+}
+
+// LookupFrom is Lookup, and says where the record came from (observe.go).
+func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error) {
 	if c.opts.RecordTTL > 0 {
 		if rec, ok := c.records.get(segmentID, c.opts.Now().Add(-c.opts.RecordTTL)); ok {
 			c.recordHits.Add(1)
-			return rec, nil
+			return rec, RecordMemory, nil
 		}
 	}
 	c.recordMisses.Add(1)
-	return c.fetch(ctx, segmentID)
+	rec, joined, err := c.fetchJoined(ctx, segmentID)
+	if joined {
+		return rec, RecordFollow, err
+	}
+	return rec, RecordStore, err
 }
 
 // Revalidate returns a record of segmentID at least as new as a read
@@ -217,7 +228,13 @@ func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) 
 // fetch reads the record from the inner store, one read shared by every
 // concurrent caller for the id, and caches it.
 func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
-	return c.lookups.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
+	rec, _, err := c.fetchJoined(ctx, segmentID)
+	return rec, err
+}
+
+// fetchJoined is fetch, and reports whether the read was another caller's.
+func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bool, error) {
+	return c.lookups.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
 		start := c.opts.Now()
 		rec, err := c.inner.Lookup(sctx, segmentID)
 		if err == nil && rec != nil {
@@ -236,46 +253,56 @@ var errNoRoom = errors.New("store: cache: no room")
 // cached and served to every concurrent caller), then the inner store,
 // streamed uncached.
 func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
+	rc, _, err := c.OpenTier(ctx, segmentID, off, n)
+	return rc, err
+}
+
+// OpenTier is Open, and says which tier answered (observe.go).
+func (c *Cached) OpenTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
 	if off < 0 {
-		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
+		return nil, TierStore, fmt.Errorf("store: cache open: negative offset %d", off)
 	}
-	if rc, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
-		return rc, err
+	if rc, t, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
+		return rc, t, err
 	}
 	if size, ok := c.records.size(segmentID); ok {
 		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
 	}
 	c.passThrough.Add(1)
-	return c.inner.Open(ctx, segmentID, off, n)
+	return c.openInner(ctx, segmentID, off, n)
 }
 
 // openMemory serves segmentID from the bytes cache, filling it first when
 // the segment fits. ok is false, with no error, when the segment is not
 // for memory (bytes cache off, length unknown, larger than MaxEntry, or
 // no room for a fill): the next tier serves it.
-func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, ok bool, err error) {
+func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, t Tier, ok bool, err error) {
 	if c.opts.MaxBytes <= 0 {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	if b, ok := c.blobs.get(segmentID); ok {
 		c.byteHits.Add(1)
-		return sliceReader(b, off, n), true, nil
+		return sliceReader(b, off, n), TierMemory, true, nil
 	}
 	size, ok := c.records.size(segmentID)
 	if !ok || size > c.opts.MaxEntry {
-		return nil, false, nil
+		return nil, 0, false, nil
 	}
 	c.byteMisses.Add(1)
-	b, err := c.fills.do(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
+	b, joined, err := c.fills.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
 		return c.fill(sctx, segmentID, size)
 	})
+	t = TierMemoryFill
+	if joined {
+		t = TierMemoryFollow
+	}
 	switch {
 	case err == nil:
-		return sliceReader(b, off, n), true, nil
+		return sliceReader(b, off, n), t, true, nil
 	case errors.Is(err, errNoRoom):
-		return nil, false, nil
+		return nil, 0, false, nil
 	default:
-		return nil, false, err
+		return nil, t, false, err
 	}
 }
 
@@ -302,7 +329,9 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	}
 	defer rc.Close()
 	buf := make([]byte, size)
-	if _, err := io.ReadFull(rc, buf); err != nil {
+	k, err := io.ReadFull(rc, buf)
+	c.storeRead.Add(int64(k))
+	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
 		}
@@ -310,6 +339,7 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	}
 	var extra [1]byte
 	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
+		c.storeRead.Add(int64(k))
 		return nil, fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
 	}
 	sum := sha256.Sum256(buf)

@@ -22,6 +22,10 @@ type flight[T any] struct {
 	mu     sync.Mutex
 	calls  map[string]*flightCall[T]
 	joined atomic.Int64 // callers that found a call under way
+	// inFlight counts executions running now; joinedNow counts callers
+	// that joined one and have not returned yet (gauges, read at scrape
+	// time).
+	inFlight, joinedNow atomic.Int64
 }
 
 // flightCall is one execution and the result its callers share.
@@ -35,6 +39,13 @@ type flightCall[T any] struct {
 // do returns fn's result for key, running fn only when no call for key is
 // under way; ctx ends only this caller's wait.
 func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
+	v, _, err := g.doJoined(ctx, key, timeout, fn)
+	return v, err
+}
+
+// doJoined is do, and reports whether this caller joined a call another
+// caller had started (rather than starting it).
+func (g *flight[T]) doJoined(ctx context.Context, key string, timeout time.Duration, fn func(context.Context) (T, error)) (val T, joined bool, err error) {
 	g.mu.Lock()
 	if g.calls == nil {
 		g.calls = map[string]*flightCall[T]{}
@@ -44,18 +55,21 @@ func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, f
 		fc = &flightCall[T]{done: make(chan struct{})}
 		g.calls[key] = fc
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		g.inFlight.Add(1)
 		go g.run(sctx, cancel, key, fc, fn)
 	} else {
 		g.joined.Add(1)
+		g.joinedNow.Add(1)
+		defer g.joinedNow.Add(-1)
 	}
 	fc.waiters++
 	g.mu.Unlock()
 	select {
 	case <-fc.done:
-		return fc.val, fc.err
+		return fc.val, ok, fc.err
 	case <-ctx.Done():
 		var zero T
-		return zero, fmt.Errorf("store: cache: %w", ctx.Err())
+		return zero, ok, fmt.Errorf("store: cache: %w", ctx.Err())
 	}
 }
 
@@ -63,6 +77,7 @@ func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, f
 // to every caller attached.
 func (g *flight[T]) run(ctx context.Context, cancel context.CancelFunc, key string, fc *flightCall[T], fn func(context.Context) (T, error)) {
 	defer cancel()
+	defer g.inFlight.Add(-1)
 	defer func() {
 		if p := recover(); p != nil {
 			fc.err = fmt.Errorf("store: cache: panic in shared store call: %v", p)
@@ -100,6 +115,7 @@ func (g *flight[T]) start(key string, timeout time.Duration, fn func(context.Con
 	fc := &flightCall[T]{done: make(chan struct{})}
 	g.calls[key] = fc
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	g.inFlight.Add(1)
 	go g.run(sctx, cancel, key, fc, fn)
 	return true
 }

@@ -30,34 +30,35 @@ type blobCopier interface {
 
 // openLarge serves [off, off+n) of a segment of size bytes that the
 // memory tier does not serve.
-func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (io.ReadCloser, error) {
+func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (io.ReadCloser, Tier, error) {
 	if d := c.opts.Disk; d != nil {
 		h, err := d.Get(ctx, segmentID, size, c.diskSource(segmentID))
 		if err == nil {
+			t := diskTier(h)
 			r, err := h.Reader(ctx, min(off, size), n)
 			if err != nil {
 				h.Close()
-				return nil, fmt.Errorf("store: disk tier: %w", err)
+				return nil, t, fmt.Errorf("store: disk tier: %w", err)
 			}
 			c.diskReads.Add(1)
-			return &diskBody{h: h, r: r}, nil
+			return &diskBody{h: h, r: r}, t, nil
 		}
 		if !diskDeclined(err) {
 			// The fill failed before its first byte: the store's
 			// answer (ErrNotFound, a fault, corrupt bytes) is every
 			// caller's, rather than one more store read each.
-			return nil, corruptErr(err)
+			return nil, TierDiskFill, corruptErr(err)
 		}
 	}
 	c.passThrough.Add(1)
-	rc, err := c.inner.Open(ctx, segmentID, off, n)
+	rc, t, err := c.openInner(ctx, segmentID, off, n)
 	if err != nil {
-		return nil, err
+		return nil, t, err
 	}
 	if off == 0 && (n < 0 || n >= size) {
-		return VerifyWhole(rc, segmentID, size), nil
+		return VerifyWhole(rc, segmentID, size), t, nil
 	}
-	return rc, nil
+	return rc, t, nil
 }
 
 // diskSource is how the disk tier fills segmentID: a streaming copy from
@@ -65,12 +66,16 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 func (c *Cached) diskSource(segmentID string) disk.Source {
 	if bc, ok := c.inner.(blobCopier); ok {
 		return func(ctx context.Context, w io.Writer) error {
-			_, err := bc.CopyBlob(ctx, segmentID, w)
+			_, err := bc.CopyBlob(ctx, segmentID, &countingWriter{w: w, n: &c.storeRead})
 			return err
 		}
 	}
 	return disk.FromReader(func(ctx context.Context) (io.ReadCloser, error) {
-		return c.inner.Open(ctx, segmentID, 0, -1)
+		rc, err := c.inner.Open(ctx, segmentID, 0, -1)
+		if err != nil {
+			return nil, err
+		}
+		return &countingBody{rc: rc, n: &c.storeRead}, nil
 	})
 }
 

@@ -216,6 +216,17 @@ func run(o options) error {
 			return fmt.Errorf("proxy site: %w", err)
 		}
 	}
+	// A second download of the segment comes from the edge's memory
+	// (on the proxy site with S3: the redirect site's bytes are the
+	// bucket's), and says so in Cache-Status.
+	cacheURL := goodURL
+	if o.s3 {
+		cacheURL = proxyURL
+	}
+	cacheStatus, err := cacheStatusOf(cacheURL)
+	if err != nil {
+		return err
+	}
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", admin)
 	if err := expectMetrics(metricsURL, o.s3); err != nil {
 		return err
@@ -246,6 +257,8 @@ func run(o options) error {
 		fmt.Println(proxyURL)
 		fmt.Println()
 	}
+	fmt.Println("Cache-Status of a second download: " + cacheStatus)
+	fmt.Println()
 	fmt.Println("Refused (403 sync.forbidden: a token for another tenant's audience):")
 	fmt.Println(badURL)
 	fmt.Println()
@@ -495,6 +508,21 @@ func expect(url string, status int, segID string) error {
 		}
 	}
 	return nil
+}
+
+// cacheStatusOf downloads url and returns its Cache-Status header.
+func cacheStatusOf(url string) (string, error) {
+	res, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer res.Body.Close()
+	io.Copy(io.Discard, res.Body)
+	cs := res.Header.Get("Cache-Status")
+	if res.StatusCode != 200 || cs == "" {
+		return "", fmt.Errorf("second download: %d with Cache-Status %q", res.StatusCode, cs)
+	}
+	return cs, nil
 }
 
 func waitListening(ctx context.Context, port int, limit time.Duration, exited chan error) error {

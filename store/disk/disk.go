@@ -158,6 +158,9 @@ type Stats struct {
 	Files    int64 // number of complete files indexed
 	Reserved int64 // bytes reserved by fills in progress
 
+	FillsInFlight int64 // fills running now
+	Following     int64 // handles of followers not closed yet (Handle.Followed)
+
 	Hits              uint64 // Gets served from a complete file
 	Fills             uint64 // fills committed (verified and renamed into place)
 	Followers         uint64 // Gets that attached to a fill already running
@@ -201,6 +204,7 @@ type Cache struct {
 
 	bytes, files                                    atomic.Int64 // complete files (written under mu)
 	hits, fillsDone, followers, fillErrors          atomic.Uint64
+	following                                       atomic.Int64 // open handles of followers (Handle.Followed)
 	evictions, discarded                            atomic.Uint64
 	bypassTooLarge, bypassNoRoom, bypassUnavailable atomic.Uint64
 
@@ -320,12 +324,14 @@ func (c *Cache) Close() error {
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	reserved := c.reserved
+	reserved, filling := c.reserved, len(c.fills)
 	c.mu.Unlock()
 	return Stats{
 		Bytes:             c.bytes.Load(),
 		Files:             c.files.Load(),
 		Reserved:          reserved,
+		FillsInFlight:     int64(filling),
+		Following:         c.following.Load(),
 		Hits:              c.hits.Load(),
 		Fills:             c.fillsDone.Load(),
 		Followers:         c.followers.Load(),

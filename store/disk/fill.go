@@ -64,7 +64,12 @@ func (c *Cache) get(ctx context.Context, key string, size int64, src Source) (h 
 			return nil, false, fmt.Errorf("%w: a fill of another length is running", ErrSizeMismatch)
 		}
 		c.followers.Add(1)
-		return c.attach(ctx, f)
+		h, again, err := c.attach(ctx, f)
+		if h != nil {
+			h.follow = c
+			c.following.Add(1)
+		}
+		return h, again, err
 	}
 	var more []string
 	if size > c.max {

@@ -18,7 +18,14 @@ type Handle struct {
 	size int64
 	fill *fill // nil for a complete file
 	hit  bool
+	// follow is the cache whose following gauge counts this handle,
+	// when Get attached it to a fill another caller started; nil else.
+	follow *Cache
 }
+
+// Followed reports whether Get attached the handle to a fill another
+// caller had started (neither a hit nor the fill's own starter).
+func (h *Handle) Followed() bool { return h.follow != nil }
 
 // Size is the segment's length in bytes.
 func (h *Handle) Size() int64 { return h.size }
@@ -78,7 +85,13 @@ func (r *fillReader) avail(f *fill) int64 {
 }
 
 // Close releases the handle's file descriptor.
-func (h *Handle) Close() error { return h.file.Close() }
+func (h *Handle) Close() error {
+	if c := h.follow; c != nil {
+		h.follow = nil
+		c.following.Add(-1)
+	}
+	return h.file.Close()
+}
 
 // fillReader reads a fill in progress through its handle's descriptor.
 type fillReader struct {

@@ -1,0 +1,212 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/disk"
+)
+
+// Per-request cache outcome ({http.syncular.cache}, the Cache-Status
+// header of RFC 9211, the cache label of the storm metrics) and the
+// tenant placeholder ({http.syncular.tenant}).
+
+// cacheKind is how a granted answer was made. Its names are the values
+// of {http.syncular.cache} and of the metrics' cache label.
+type cacheKind uint8
+
+const (
+	cacheNone     cacheKind = iota // not a granted answer: nothing is published
+	cacheMemory                    // a segment (or variant) held in memory
+	cacheDisk                      // a complete, verified file of the disk tier
+	cacheFill                      // this request's store read filled a tier (memory or disk)
+	cacheFollower                  // joined a fill another request had started
+	cacheStream                    // streamed from the store, not kept
+	cacheRedirect                  // 302 to a presigned URL: the bytes bypass the edge
+	cacheRecord                    // answered from the record alone: HEAD, 304
+	numCacheKinds
+)
+
+var cacheNames = [numCacheKinds]string{
+	cacheMemory:   "memory",
+	cacheDisk:     "disk",
+	cacheFill:     "fill",
+	cacheFollower: "follower",
+	cacheStream:   "stream",
+	cacheRedirect: "redirect",
+	cacheRecord:   "record",
+}
+
+// cacheStatusParams is the Cache-Status member after the cache's name,
+// per kind (RFC 9211): a hit, or how the request went forward. A fill
+// and a follower name the tier in detail.
+var cacheStatusParams = [numCacheKinds]string{
+	cacheMemory:   "; hit; detail=memory",
+	cacheDisk:     "; hit; detail=disk",
+	cacheFill:     "; fwd=uri-miss; stored",
+	cacheFollower: "; fwd=uri-miss; collapsed",
+	cacheStream:   "; fwd=bypass",
+	cacheRedirect: "; fwd=bypass; detail=redirect",
+	cacheRecord:   "; hit; detail=record",
+}
+
+// DefaultCacheStatusName is the cache's name in Cache-Status when
+// cache_status_name is unset.
+const DefaultCacheStatusName = "caddy-syncular"
+
+// cacheStatusNameRe is an sf-token (RFC 8941) of a sensible length: what
+// RFC 9211 allows as a cache's name without quoting.
+var cacheStatusNameRe = regexp.MustCompile(`^[A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_` + "`" + `|~]{0,63}$`)
+
+// kindOfTier maps the store tier that answered an Open to a cache kind.
+func kindOfTier(t store.Tier) cacheKind {
+	switch {
+	case t.Hit() && t.Disk():
+		return cacheDisk
+	case t.Hit():
+		return cacheMemory
+	case t.Fill():
+		return cacheFill
+	case t.Followed():
+		return cacheFollower
+	}
+	return cacheStream
+}
+
+// observe is the handler's resolved cache_status and tenant settings.
+type observe struct {
+	// status holds the Cache-Status value per kind; nil: cache_status off.
+	status *[numCacheKinds]string
+	// tenantKey keys {http.syncular.tenant}.
+	tenantKey []byte
+
+	flowCache flowStatser // reported in the flow series (stormmetrics.go)
+	flowDisk  *disk.Cache
+}
+
+// tenantLabel is the fixed label under which the tenant key is derived
+// from the first token key when tenant_key is unset.
+const tenantLabel = "caddy-syncular tenant v1"
+
+// tenantHexDigits is the length of {http.syncular.tenant}: 64 bits.
+const tenantHexDigits = 16
+
+// buildObserve resolves cache_status and the tenant key (firstKey is the
+// first token key, decoded). Called by buildAuth.
+func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
+	if h.CacheStatus {
+		name := h.CacheStatusName
+		if name == "" {
+			name = DefaultCacheStatusName
+		}
+		if !cacheStatusNameRe.MatchString(name) {
+			return fmt.Errorf("syncular_segments: cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
+		}
+		var st [numCacheKinds]string
+		for k := cacheMemory; k < numCacheKinds; k++ {
+			st[k] = name + cacheStatusParams[k]
+		}
+		h.obs.status = &st
+	} else if h.CacheStatusName != "" {
+		return fmt.Errorf("syncular_segments: cache_status_name needs cache_status on")
+	}
+	if h.TenantKey != "" {
+		k, err := secret(repl, h.TenantKey, "tenant_key", h.weakKeysOK)
+		if err != nil {
+			return err
+		}
+		h.obs.tenantKey = k
+		return nil
+	}
+	m := hmac.New(sha256.New, firstKey)
+	m.Write([]byte(tenantLabel))
+	h.obs.tenantKey = m.Sum(nil)
+	return nil
+}
+
+// tenantOf is {http.syncular.tenant} for an audience: the first 16 hex
+// digits of HMAC-SHA256(tenant key, aud).
+func tenantOf(key []byte, aud string) string {
+	m := hmac.New(sha256.New, key)
+	io.WriteString(m, aud)
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:tenantHexDigits/2])
+}
+
+// markCache records how a granted answer was made, just before its
+// status line is written: {http.syncular.cache}, the Cache-Status header
+// when cache_status is on, and the time to the first byte.
+func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
+	d.cache = k
+	d.ph.publish(phCache, cacheNames[k])
+	if st := h.obs.status; st != nil {
+		w.Header()["Cache-Status"] = []string{st[k]}
+	}
+	now := time.Now()
+	d.tr.statusAt = now // tracing.go
+	h.metrics.firstByte(k, now.Sub(d.start))
+}
+
+// openTier opens the segment's bytes and names the tier that answered:
+// the store's own answer when it says (store.TierOpener), else a stream.
+func (h *Handler) openTier(ctx context.Context, segID string, off, n int64) (io.ReadCloser, cacheKind, error) {
+	if to, ok := h.store.(store.TierOpener); ok {
+		rc, t, err := to.OpenTier(ctx, segID, off, n)
+		return rc, kindOfTier(t), err
+	}
+	rc, err := h.store.Open(ctx, segID, off, n)
+	return rc, cacheStream, err
+}
+
+// variantKind is the cache kind of a held variant's body.
+func variantKind(body io.Reader) cacheKind {
+	if store.BodyTier(body) == store.TierDisk {
+		return cacheDisk
+	}
+	return cacheMemory
+}
+
+// parseCacheStatus parses `cache_status on|off [<name>]`.
+func parseCacheStatus(h *Handler, d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	switch args[0] {
+	case "on":
+		h.CacheStatus = true
+	case "off":
+		if len(args) == 2 {
+			return d.Errf("cache_status off takes no name")
+		}
+		h.CacheStatus = false
+	default:
+		return d.Errf("cache_status must be on or off, not %q", args[0])
+	}
+	if len(args) == 2 {
+		if !cacheStatusNameRe.MatchString(args[1]) {
+			return d.Errf("cache_status: name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", args[1])
+		}
+		h.CacheStatusName = args[1]
+	}
+	return nil
+}
+
+func init() {
+	subdirectives["cache_status"] = parseCacheStatus
+	subdirectives["tenant_key"] = func(h *Handler, d *caddyfile.Dispenser) (err error) {
+		h.TenantKey, err = oneArg(d)
+		return err
+	}
+}
