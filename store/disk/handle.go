@@ -114,7 +114,9 @@ func (r *fillReader) Read(p []byte) (int, error) {
 		if f.err != nil {
 			err, rp := f.err, f.resume
 			f.mu.Unlock()
-			if rp == nil || r.h.reopen == nil {
+			// Every byte in the file (the close or rename failed):
+			// no store needed. Otherwise only with a Reopen.
+			if rp == nil || (r.h.reopen == nil && rp.at < r.h.size) {
 				return 0, err
 			}
 			ho, herr := newHandoff(rp)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -262,6 +264,33 @@ func TestDiskFullManyReaders(t *testing.T) {
 		t.Error(err)
 	}
 	if st := c.Stats(); st.Handoffs != 20 || st.FillErrors != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A fill that wrote and verified every byte but cannot be renamed into
+// place (its shard directory cannot be made) fails on the disk after the
+// fact: its readers finish from their descriptors, verified, without the
+// store.
+func TestCommitFailureAfterAllBytesFinishesReaders(t *testing.T) {
+	dir := t.TempDir()
+	c := newCache(t, disk.Options{Dir: dir})
+	s := newSegment(200_000, 95)
+	// A regular file where the segment's shard directory must go.
+	if err := os.WriteFile(filepath.Join(dir, s.key[:2]), []byte("in the way"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	src := newStepSource(s.b, 2)
+	leader := get(t, c, s, src.Source)
+	follower := get(t, c, s, noSource(t))
+	close(src.step)
+	for name, h := range map[string]*disk.Handle{"leader": leader, "follower": follower} {
+		got, err := readRange(t, h, 0, -1)
+		if err != nil || !bytes.Equal(got, s.b) {
+			t.Fatalf("%s: %d bytes, %v", name, len(got), err)
+		}
+	}
+	if st := c.Stats(); st.FillErrors != 1 || st.Handoffs != 2 || st.Files != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
