@@ -370,11 +370,12 @@ func TestDiskFullFilesystem(t *testing.T) {
 			if m["caddy_syncular_disk_fill_errors_total"] < 1 || m["caddy_syncular_disk_files"] != 0 {
 				t.Fatalf("the fill did not meet the full disk:\n%s", dumpSyncular(m))
 			}
+			// SQLite copies the blob in milliseconds: how many clients
+			// joined the fill before it failed (handoffs) and how many
+			// came after (streamed) varies, and every one must get the
+			// bytes either way. The paced S3 fill is joined by most.
 			if tc.s3 && m["caddy_syncular_disk_handoffs_total"] < clients/2 {
 				t.Fatalf("want most clients handed over from the paced fill:\n%s", dumpSyncular(m))
-			}
-			if m["caddy_syncular_disk_handoffs_total"] < 1 {
-				t.Fatalf("no reader was handed over:\n%s", dumpSyncular(m))
 			}
 			logs := e.c.Output()
 			if b, err := os.ReadFile(filepath.Join(e.c.Dir(), "server.log")); err == nil {

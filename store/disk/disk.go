@@ -171,7 +171,7 @@ type Stats struct {
 	FillErrors        uint64 // fills that failed (source, size, hash, disk)
 	Handoffs          uint64 // readers of a fill that failed on the disk that continued from the store
 	Evictions         uint64 // complete files removed for room
-	Discarded         uint64 // files removed because their size or hash was wrong
+	Discarded         uint64 // files removed: wrong size or hash, or changed since verified
 	BypassTooLarge    uint64 // Gets answered ErrTooLarge
 	BypassNoRoom      uint64 // Gets answered ErrNoRoom
 	BypassUnavailable uint64 // Gets answered ErrUnavailable
