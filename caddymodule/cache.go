@@ -43,10 +43,13 @@ type CacheConfig struct {
 	// with no room in memory) are copied there once from the store,
 	// however many clients ask at once, verified against their id while
 	// written, and served from the file (sendfile). Survives restarts
-	// (files are re-hashed before their first use). An unusable directory
-	// (missing and not creatable, read-only, full) is a warning, and the
-	// segments then stream from the store. "off" disables the tier.
-	// Default: <Caddy's data dir>/syncular/segments.
+	// (files are re-hashed before their first use). The directory must
+	// be the tier's own: missing (it is created), empty, or marked by the
+	// tier (.syncular-disk-tier); one holding other files, and system
+	// directories (/, /etc, /var, /tmp, $HOME ...), fail the config. An
+	// unusable directory (not creatable, read-only, full) is a warning,
+	// and the segments then stream from the store. "off" disables the
+	// tier. Default: <Caddy's data dir>/syncular/segments.
 	Disk string `json:"disk,omitempty"`
 
 	// Budget of the disk tier: complete files plus fills in progress,

@@ -47,6 +47,23 @@ func (c *CacheConfig) diskDir() string {
 	return c.Disk
 }
 
+// checkDiskDir refuses a disk directory that is a system directory (the
+// root, /etc, /var, /tmp, $HOME, Caddy's own data and config directories
+// ...): the tier removes files in its directory, so it must be one of its
+// own. Whether an existing directory is the tier's (empty, marked, or
+// holding only its files) is checked when it is opened (disk.New).
+func (c *CacheConfig) checkDiskDir() error {
+	dir := c.diskDir()
+	if dir == "" {
+		return nil
+	}
+	if disk.SystemDir(dir, caddy.AppDataDir(), caddy.AppConfigDir()) {
+		return fmt.Errorf("syncular_segments: cache disk %q is a system directory; the disk tier removes files in its directory, so give it one of its own (e.g. %s)",
+			dir, defaultDiskDir())
+	}
+	return nil
+}
+
 func (c *CacheConfig) diskMaxBytes() int64 {
 	if c == nil || c.DiskMaxBytes == nil {
 		return disk.DefaultMaxBytes
@@ -68,8 +85,9 @@ type pooledDisk struct {
 func (p pooledDisk) Destruct() error { return p.Cache.Close() }
 
 // provisionDisk returns the disk tier for h's cache config (nil when it
-// is off). The directory is not checked here: an unusable one is a
-// warning and a bypass at request time, never a failed config.
+// is off). A directory that is not the tier's (not empty, no marker) fails
+// the config; an unusable one (not creatable, read-only, full) is only a
+// warning and a bypass at request time.
 func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	dir := h.Cache.diskDir()
 	if dir == "" {
@@ -115,7 +133,7 @@ func releaseDisk(key string) error {
 
 // parseDiskSub parses the disk tier's subdirectives of cache {}:
 //
-//	disk           <dir>|off  # default: <Caddy data dir>/syncular/segments
+//	disk           <dir>|off  # default: <Caddy data dir>/syncular/segments; its own directory
 //	disk_max_bytes <size>     # default 4GiB; 0 turns the disk tier off
 func parseDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
 	v, err := oneArg(d)
@@ -172,6 +190,7 @@ type diskCollector struct {
 	hits, fills, followers *prometheus.Desc
 	fillErrors, evictions  *prometheus.Desc
 	discarded, bypasses    *prometheus.Desc
+	handoffs               *prometheus.Desc
 }
 
 func newDiskCollector(prefix string) *diskCollector {
@@ -184,9 +203,10 @@ func newDiskCollector(prefix string) *diskCollector {
 		hits:       prometheus.NewDesc(p+"hits_total", "Segment reads served from a complete, verified file of the disk tier.", nil, nil),
 		fills:      prometheus.NewDesc(p+"fills_total", "Segments copied from the store into the disk tier and verified (one store read each).", nil, nil),
 		followers:  prometheus.NewDesc(p+"followers_total", "Segment reads that joined a disk tier fill already running instead of reading the store.", nil, nil),
-		fillErrors: prometheus.NewDesc(p+"fill_errors_total", "Disk tier fills that failed (store error, bytes not matching the id, disk fault); their readers were aborted.", nil, nil),
+		fillErrors: prometheus.NewDesc(p+"fill_errors_total", "Disk tier fills that failed (store error, bytes not matching the id, disk fault). After a disk fault their readers continue from the store (handoffs_total); otherwise they were aborted.", nil, nil),
+		handoffs:   prometheus.NewDesc(p+"handoffs_total", "Readers of a disk tier fill that failed on the disk (full, write error) that continued from the store, verified, instead of failing.", nil, nil),
 		evictions:  prometheus.NewDesc(p+"evictions_total", "Files removed from the disk tier to stay within disk_max_bytes.", nil, nil),
-		discarded:  prometheus.NewDesc(p+"discarded_total", "Files removed from the disk tier because their size or hash was wrong.", nil, nil),
+		discarded:  prometheus.NewDesc(p+"discarded_total", "Files removed from the disk tier because their size or hash was wrong, or they changed (size, inode, mtime) since they were verified.", nil, nil),
 		bypasses: prometheus.NewDesc(p+"bypasses_total",
 			"Segment reads the disk tier declined (streamed from the store instead), by reason: too_large (over disk_max_bytes), no_room (budget held by fills), unavailable (directory unusable, disk full).", []string{"reason"}, nil),
 	}
@@ -208,7 +228,7 @@ func (c *diskCollector) remove(d *disk.Cache) {
 
 func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bytes, c.files, c.reserved, c.hits, c.fills,
-		c.followers, c.fillErrors, c.evictions, c.discarded, c.bypasses} {
+		c.followers, c.fillErrors, c.evictions, c.discarded, c.bypasses, c.handoffs} {
 		ch <- d
 	}
 }
@@ -225,6 +245,7 @@ func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
 		s.Fills += st.Fills
 		s.Followers += st.Followers
 		s.FillErrors += st.FillErrors
+		s.Handoffs += st.Handoffs
 		s.Evictions += st.Evictions
 		s.Discarded += st.Discarded
 		s.BypassTooLarge += st.BypassTooLarge
@@ -245,6 +266,7 @@ func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.fills, s.Fills)
 	counter(c.followers, s.Followers)
 	counter(c.fillErrors, s.FillErrors)
+	counter(c.handoffs, s.Handoffs)
 	counter(c.evictions, s.Evictions)
 	counter(c.discarded, s.Discarded)
 	counter(c.bypasses, s.BypassTooLarge, "too_large")

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
@@ -273,4 +274,55 @@ func (w readFromRecorder) Write(p []byte) (int, error) { return len(p), nil }
 func (w readFromRecorder) ReadFrom(r io.Reader) (int64, error) {
 	*w.seen = r
 	return io.Copy(io.Discard, r)
+}
+
+// The disk directory must be the tier's own: system directories fail the
+// config check (so `caddy validate` refuses them), a directory holding
+// other files fails provisioning and is left as it was, and an empty one
+// is marked and used.
+func TestDiskDirectoryRules(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "sync.db")
+	w, err := seed.Create(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	handler := func(dir string) *Handler {
+		return &Handler{Keys: []string{strongKey}, Audience: &AudienceConfig{Kind: "template", Template: "aud:{partition}"},
+			Store: &StoreConfig{Backend: "sqlite", Path: db}, Cache: &CacheConfig{Disk: dir}}
+	}
+	for _, dir := range []string{"/", "/etc", "/var", "/tmp", "/home", caddy.AppDataDir(), caddy.AppConfigDir()} {
+		h := handler(dir)
+		if err := h.setDefaults(); err != nil {
+			t.Fatal(err)
+		}
+		err := h.checkConfig()
+		if err == nil || !strings.Contains(err.Error(), "is a system directory") || !strings.Contains(err.Error(), dir) {
+			t.Errorf("disk %s: %v", dir, err)
+		}
+	}
+
+	foreign := t.TempDir()
+	if err := os.WriteFile(filepath.Join(foreign, "report.pdf"), []byte("keep"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	err = provision(t, handler(foreign))
+	if err == nil || !strings.Contains(err.Error(), "cache disk "+foreign) || !strings.Contains(err.Error(), "is not empty") ||
+		!strings.Contains(err.Error(), `"report.pdf"`) {
+		t.Fatalf("foreign directory: %v", err)
+	}
+	if ents, _ := os.ReadDir(foreign); len(ents) != 1 {
+		t.Fatalf("the foreign directory changed: %v", ents)
+	}
+
+	empty := t.TempDir()
+	if err := provision(t, handler(empty)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(empty, disk.MarkerName)); err != nil {
+		t.Fatalf("no marker in the adopted directory: %v", err)
+	}
+	if err := provision(t, handler("off")); err != nil {
+		t.Fatal(err)
+	}
 }

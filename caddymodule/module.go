@@ -247,6 +247,9 @@ func (h *Handler) checkConfig() error {
 	if _, err := compressPrefs(h.Compress); err != nil {
 		return err
 	}
+	if err := h.Cache.checkDiskDir(); err != nil { // disktier.go
+		return err
+	}
 	return h.Cache.check()
 }
 

@@ -35,6 +35,11 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 		h, err := d.Get(ctx, segmentID, size, c.diskSource(segmentID))
 		if err == nil {
 			t := diskTier(h)
+			// A fill that fails on the disk hands its readers over
+			// to the store, verified to the end (disk/handoff.go).
+			h.SetReopen(func(ctx context.Context, at int64) (io.ReadCloser, error) {
+				return c.inner.Open(ctx, segmentID, at, -1)
+			})
 			r, err := h.Reader(ctx, min(off, size), n)
 			if err != nil {
 				h.Close()

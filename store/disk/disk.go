@@ -16,7 +16,11 @@
 // The cache never makes a request fail: when it cannot help (the segment is
 // larger than the budget, the directory is unusable, the disk is full) Get
 // returns an error matching ErrTooLarge, ErrNoRoom or ErrUnavailable and
-// the caller streams from the store directly.
+// the caller streams from the store directly; a fill that fails on the
+// disk mid-way hands its readers over to a verified stream from the store
+// (handoff.go). A complete file is served only while its size, inode and
+// modification time are those it had when verified (stamp.go), and the
+// cache works only in a directory it marks as its own (owner.go).
 //
 // A caller serves a segment like this:
 //
@@ -25,13 +29,12 @@
 //		// stream from the store directly (bounded memory)
 //	}
 //	defer h.Close()
+//	h.SetReopen(openStoreAt) // how readers go on if the disk fails mid-fill
 //	r, err := h.Reader(ctx, off, n)
 //	// write the headers, then
 //	written, err := io.Copy(w, r) // sendfile for a complete file
 //	if err != nil {
-//		// never end the response cleanly: abort it (http.ErrAbortHandler),
-//		// or, when errors.Is(err, ErrUnavailable) (the disk failed, the
-//		// store did not), continue from the store at off+written.
+//		// never end the response cleanly: abort it (http.ErrAbortHandler)
 //	}
 //
 // Files are unlinked while readers may hold them open, which POSIX
@@ -59,7 +62,9 @@ const (
 	// DefaultMaxBytes is the budget when Options.MaxBytes is 0: room for
 	// about eighty 48 MiB segments, small beside a typical volume and
 	// large beside the 64 MiB memory cache. Set it below the free space
-	// of the volume: a fill that meets a full disk is abandoned.
+	// of the volume: a fill that meets a full disk is abandoned (its
+	// readers go on from the store) and the directory bypassed for
+	// RetryInterval.
 	DefaultMaxBytes = 4 << 30 // 4 GiB
 	// DefaultFillTimeout bounds one fill when Options.FillTimeout is 0.
 	DefaultFillTimeout = 10 * time.Minute
@@ -88,10 +93,10 @@ var (
 	// be evicted to make room now.
 	ErrNoRoom = errors.New("disk cache: budget held by fills in progress")
 	// ErrUnavailable: the directory cannot be used (missing and not
-	// creatable, read-only, full, an I/O error) or the cache is closed.
-	// A reader's error matching it means the disk failed during the
-	// fill; the store was fine, so the caller may resume from the store
-	// at the offset it reached.
+	// creatable, read-only, full, an I/O error, not the cache's) or the
+	// cache is closed. A reader's error matching it means the disk failed
+	// during the fill and the handle had no Reopen (or could not read
+	// back what the fill wrote).
 	ErrUnavailable = errors.New("disk cache: directory unusable")
 	// ErrHashMismatch: the source's bytes do not hash to the segment id.
 	// Readers that streamed them must abort their response.
@@ -125,10 +130,12 @@ func FromReader(open func(ctx context.Context) (io.ReadCloser, error)) Source {
 // Options configures New. Only Dir is required.
 type Options struct {
 	// Dir holds the cache: complete files at <Dir>/<2 hex>/<64 hex>
-	// (the segment id's digest), fills in progress under <Dir>/tmp. It is
-	// created if missing. Give each Cache its own directory, and share
-	// one Cache across configuration reloads: two caches on one
-	// directory each keep their own budget and index.
+	// (the segment id's digest), fills in progress under <Dir>/tmp, and
+	// the marker MarkerName. It is created if missing; an existing one
+	// must be empty, marked, or hold only this package's files (owner.go).
+	// Give each Cache its own directory, and share one Cache across
+	// configuration reloads: two caches on one directory each keep their
+	// own budget and index.
 	Dir string
 	// MaxBytes is the budget: complete files plus the sizes of fills in
 	// progress. 0 means DefaultMaxBytes (4 GiB). A segment larger than it
@@ -165,8 +172,9 @@ type Stats struct {
 	Fills             uint64 // fills committed (verified and renamed into place)
 	Followers         uint64 // Gets that attached to a fill already running
 	FillErrors        uint64 // fills that failed (source, size, hash, disk)
+	Handoffs          uint64 // readers of a fill that failed on the disk that continued from the store
 	Evictions         uint64 // complete files removed for room
-	Discarded         uint64 // files removed because their size or hash was wrong
+	Discarded         uint64 // files removed: wrong size or hash, or changed since verified
 	BypassTooLarge    uint64 // Gets answered ErrTooLarge
 	BypassNoRoom      uint64 // Gets answered ErrNoRoom
 	BypassUnavailable uint64 // Gets answered ErrUnavailable
@@ -205,7 +213,7 @@ type Cache struct {
 	bytes, files                                    atomic.Int64 // complete files (written under mu)
 	hits, fillsDone, followers, fillErrors          atomic.Uint64
 	following                                       atomic.Int64 // open handles of followers (Handle.Followed)
-	evictions, discarded                            atomic.Uint64
+	evictions, discarded, handoffs                  atomic.Uint64
 	bypassTooLarge, bypassNoRoom, bypassUnavailable atomic.Uint64
 
 	vs                                                     *variantState // variants.go; under mu
@@ -231,6 +239,11 @@ type entry struct {
 	// verification runs and closed when it ends.
 	verified  bool
 	verifying chan struct{}
+
+	// stamp is the file as it was verified (stamp.go); a hit serves it
+	// only while it still matches. Set before verified; then under smu.
+	smu   sync.Mutex
+	stamp stamp
 }
 
 // fill is one copy from a source into a temporary file.
@@ -243,6 +256,8 @@ type fill struct {
 	written int64  // bytes in the file, readable by followers
 	done    bool
 	err     error         // set with done when the fill failed
+	resume  *resumePoint  // set with err when the disk failed (handoff.go)
+	stamp   stamp         // the committed file, set with done
 	wake    chan struct{} // closed (and replaced) on every change
 }
 
@@ -252,12 +267,16 @@ func (f *fill) broadcast() {
 	f.wake = make(chan struct{})
 }
 
-// New returns a cache on opts.Dir. It creates the directory, indexes the
-// complete files already there (a restart keeps the cache), and removes
-// temporary files older than FillTimeout (leftovers of a crash; younger
-// ones may be a live fill of another process). An unusable directory is
-// not an error: the cache then bypasses (ErrUnavailable) and tries again
-// after RetryInterval. New fails only on invalid options.
+// New returns a cache on opts.Dir. It creates the directory (or adopts
+// an empty one, or one laid out by an earlier version of this package)
+// and marks it as its own (owner.go), indexes the complete files already
+// there (a restart keeps the cache), and removes temporary files older
+// than FillTimeout (leftovers of a crash; younger ones may be a live fill
+// of another process). An unusable directory is not an error: the cache
+// then bypasses (ErrUnavailable) and tries again after RetryInterval. New
+// fails on invalid options and, with an error matching ErrForeignDir, on
+// a system directory or a directory that holds files that are not the
+// cache's and no marker: it writes nothing there.
 func New(opts Options) (*Cache, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("disk cache: empty directory")
@@ -292,11 +311,18 @@ func New(opts Options) (*Cache, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	if SystemDir(dir) {
+		return nil, fmt.Errorf("%w: %s is a system directory; give the disk tier a directory of its own", ErrForeignDir, dir)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.mu.Lock()
 	victims, err := c.prepareLocked()
 	c.mu.Unlock()
 	c.removeFiles(victims)
+	if errors.Is(err, ErrForeignDir) {
+		c.cancel()
+		return nil, err
+	}
 	if err != nil {
 		c.warn("disk cache directory unusable; serving from the store", err)
 	}
@@ -336,6 +362,7 @@ func (c *Cache) Stats() Stats {
 		Fills:             c.fillsDone.Load(),
 		Followers:         c.followers.Load(),
 		FillErrors:        c.fillErrors.Load(),
+		Handoffs:          c.handoffs.Load(),
 		Evictions:         c.evictions.Load(),
 		Discarded:         c.discarded.Load(),
 		BypassTooLarge:    c.bypassTooLarge.Load(),

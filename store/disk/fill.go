@@ -114,7 +114,10 @@ func (c *Cache) reserveLocked(size int64) (victims []string, ok bool) {
 	return victims, true
 }
 
-// openComplete opens a complete file for one reader and checks its size.
+// openComplete opens a complete file for one reader. The descriptor is
+// served only when the file is still the one verified (stamp.go): the
+// same size, inode and modification time; otherwise the file is removed
+// and Get fills it again.
 func (c *Cache) openComplete(e *entry, touch bool, now time.Time) (*Handle, bool, error) {
 	p := c.path(e.key)
 	f, err := os.Open(p)
@@ -125,21 +128,48 @@ func (c *Cache) openComplete(e *entry, touch bool, now time.Time) (*Handle, bool
 		}
 		return nil, false, unavailable(err)
 	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() != e.size {
+	if err := c.checkStamp(e, f, p, touch, now); err != nil {
 		f.Close()
 		c.forget(e, true)
-		if err == nil {
-			err = fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, fi.Size(), e.size)
-		}
-		c.warn("disk cache: discarded a file of the wrong size", err)
+		c.warn("disk cache: discarded a file changed since it was verified", err)
 		return nil, true, nil
-	}
-	if touch {
-		_ = os.Chtimes(p, now, now) // recency for the next restart; best effort
 	}
 	c.hits.Add(1)
 	return &Handle{file: f, size: e.size, hit: true}, false, nil
+}
+
+// checkStamp compares the opened file f (at path p) with what e recorded
+// when it was verified, and touches it (its mtime is the recency a
+// restart reads) when touch says so, recording the new mtime. Under e.smu,
+// so that a reader never compares with a stamp a concurrent touch is
+// replacing. A change between the comparison and the touch that keeps the
+// size and inode is adopted with the touch's mtime.
+func (c *Cache) checkStamp(e *entry, f *os.File, p string, touch bool, now time.Time) error {
+	e.smu.Lock()
+	defer e.smu.Unlock()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return err
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("disk cache: %s is not a regular file", p)
+	case fi.Size() != e.size:
+		return fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, fi.Size(), e.size)
+	}
+	if why := e.stamp.changed(stampOf(fi)); why != "" {
+		return fmt.Errorf("disk cache: %s: %s", p, why)
+	}
+	if touch && os.Chtimes(p, now, now) == nil { // best effort
+		// The same descriptor: only the size and the mtime can differ
+		// (the touch missed it when the path now names another file).
+		if fi, err := f.Stat(); err == nil {
+			if fi.Size() != e.size {
+				return fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, fi.Size(), e.size)
+			}
+			e.stamp = stampOf(fi)
+		}
+	}
+	return nil
 }
 
 // forget drops e if it is still indexed, removing its file if remove.
@@ -161,13 +191,16 @@ func (c *Cache) forget(e *entry, remove bool) {
 // verify hashes a file indexed by the scan before its first use.
 func (c *Cache) verify(e *entry, done chan struct{}) {
 	defer c.wg.Done()
-	err := c.hashFile(c.path(e.key), e.key, e.size)
+	st, err := c.hashFile(c.path(e.key), e.key, e.size)
 	var p string
 	c.mu.Lock()
 	if c.ctx.Err() != nil {
 		err = nil // closed mid-way: the file is not known bad, keep it unverified
 	} else if c.entries[e.key] == e {
 		if err == nil {
+			e.smu.Lock()
+			e.stamp = st
+			e.smu.Unlock()
 			e.verified = true
 		} else {
 			p = c.dropLocked(e)
@@ -183,18 +216,26 @@ func (c *Cache) verify(e *entry, done chan struct{}) {
 	}
 }
 
-func (c *Cache) hashFile(path, key string, size int64) error {
+// hashFile checks that the file at path holds the segment's bytes and
+// returns its stamp as it was before the bytes were read (a change while
+// they are read then shows at the next open).
+func (c *Cache) hashFile(path, key string, size int64) (stamp, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return stamp{}, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return stamp{}, err
+	}
+	st := stampOf(fi)
 	h := sha256.New()
 	buf := make([]byte, copyBufSize)
 	var n int64
 	for {
 		if err := c.ctx.Err(); err != nil {
-			return err
+			return st, err
 		}
 		m, err := f.Read(buf)
 		h.Write(buf[:m])
@@ -203,16 +244,16 @@ func (c *Cache) hashFile(path, key string, size int64) error {
 			break
 		}
 		if err != nil {
-			return err
+			return st, err
 		}
 	}
-	if n != size {
-		return fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, n, size)
+	if n != size || st.size != size {
+		return st, fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, n, size)
 	}
 	if !sumMatches(h, key) {
-		return ErrHashMismatch
+		return st, ErrHashMismatch
 	}
-	return nil
+	return st, nil
 }
 
 func sumMatches(h hash.Hash, key string) bool {
@@ -242,7 +283,7 @@ func (c *Cache) attach(ctx context.Context, f *fill) (*Handle, bool, error) {
 	// Opened under f.mu: the fill renames or removes its file under it,
 	// so this is the file f.path names now.
 	fd, err := os.Open(f.path)
-	done := f.done
+	done, st := f.done, f.stamp
 	f.mu.Unlock()
 	if err != nil {
 		if done && errors.Is(err, fs.ErrNotExist) { // committed, then evicted
@@ -250,10 +291,14 @@ func (c *Cache) attach(ctx context.Context, f *fill) (*Handle, bool, error) {
 		}
 		return nil, false, unavailable(err)
 	}
-	if done { // committed: a complete file
+	if done { // committed: a complete file, served while it is the one verified
+		if fi, err := fd.Stat(); err != nil || st.changed(stampOf(fi)) != "" {
+			fd.Close()
+			return nil, true, nil // the index's entry decides (openComplete)
+		}
 		return &Handle{file: fd, size: f.size}, false, nil
 	}
-	return &Handle{file: fd, size: f.size, fill: f}, false, nil
+	return &Handle{file: fd, size: f.size, fill: f, cache: c}, false, nil
 }
 
 // run copies src into a temporary file, then commits it or fails.
@@ -271,7 +316,7 @@ func (c *Cache) run(f *fill, src Source) {
 		tf, err = os.CreateTemp(c.tmp, tmpPrefix+"*")
 	}
 	if err != nil {
-		c.fail(f, unavailable(err), true)
+		c.fail(f, unavailable(err), true, nil)
 		return
 	}
 	tmp := tf.Name()
@@ -296,6 +341,18 @@ func (c *Cache) run(f *fill, src Source) {
 		err = ErrHashMismatch
 	}
 	disk := w.diskErr != nil
+	var st stamp
+	if err == nil {
+		now := c.now()
+		_ = os.Chtimes(tmp, now, now) // the recency a restart reads
+		// The verified file as it is now: a hit serves it while it stays so.
+		fi, serr := tf.Stat()
+		if serr != nil {
+			err, disk = unavailable(serr), true
+		} else {
+			st = stampOf(fi)
+		}
+	}
 	// No fsync: a crash can leave a renamed file with unwritten blocks,
 	// but every file found at start-up is hashed before it is served.
 	if cerr := tf.Close(); cerr != nil && err == nil {
@@ -308,8 +365,6 @@ func (c *Cache) run(f *fill, src Source) {
 		}
 	}
 	if err == nil {
-		now := c.now()
-		_ = os.Chtimes(tmp, now, now) // the recency a restart reads
 		f.mu.Lock()
 		if rerr := os.Rename(tmp, final); rerr != nil {
 			err, disk = unavailable(rerr), true
@@ -319,35 +374,40 @@ func (c *Cache) run(f *fill, src Source) {
 		f.mu.Unlock()
 	}
 	if err != nil {
-		c.fail(f, err, disk)
+		var rp *resumePoint
+		if disk { // the source was fine: its readers continue from the store
+			rp = w.resumePoint()
+		}
+		c.fail(f, err, disk, rp)
 		return
 	}
-	c.commit(f)
+	c.commit(f, st)
 }
 
 // commit indexes a renamed fill and ends it.
-func (c *Cache) commit(f *fill) {
+func (c *Cache) commit(f *fill, st stamp) {
 	c.mu.Lock()
 	delete(c.fills, f.key)
 	c.reserved -= f.size
 	if old := c.entries[f.key]; old != nil { // not expected: Get fills only a missing key
 		c.dropLocked(old)
 	}
-	e := &entry{key: f.key, size: f.size, touched: c.now(), verified: true}
+	e := &entry{key: f.key, size: f.size, touched: c.now(), verified: true, stamp: st}
 	e.elem = c.lru.PushFront(e)
 	c.entries[f.key] = e
 	c.bytes.Add(f.size)
 	c.files.Add(1)
 	c.fillsDone.Add(1) // counted before anyone can see the end
 	f.mu.Lock()
-	f.done = true
+	f.done, f.stamp = true, st
 	f.broadcast()
 	f.mu.Unlock()
 	c.mu.Unlock()
 }
 
-// fail ends f with err; disk says the directory failed (not the source).
-func (c *Cache) fail(f *fill, err error, disk bool) {
+// fail ends f with err; disk says the directory failed (not the source),
+// and rp, when set, where its readers continue from the store.
+func (c *Cache) fail(f *fill, err error, disk bool, rp *resumePoint) {
 	c.mu.Lock()
 	if c.fills[f.key] == f {
 		delete(c.fills, f.key)
@@ -367,7 +427,7 @@ func (c *Cache) fail(f *fill, err error, disk bool) {
 		}
 	}
 	c.fillErrors.Add(1) // counted before anyone can see the end
-	f.done, f.err = true, err
+	f.done, f.err, f.resume = true, err, rp
 	f.broadcast()
 	f.mu.Unlock()
 	c.mu.Unlock()

@@ -21,6 +21,10 @@ type Handle struct {
 	// follow is the cache whose following gauge counts this handle,
 	// when Get attached it to a fill another caller started; nil else.
 	follow *Cache
+
+	cache  *Cache    // for a fill: counts handoffs
+	reopen Reopen    // SetReopen (handoff.go)
+	stream io.Closer // the store's stream of a handoff, closed with the handle
 }
 
 // Followed reports whether Get attached the handle to a fill another
@@ -55,7 +59,9 @@ func (h *Handle) File() *os.File {
 // is done). It returns the range's last byte, and io.EOF, only after the
 // whole fill hashed to the segment id, so a failed fill or a mismatch
 // reaches the reader as an error before its last byte: the caller must
-// then abort the response, never end it cleanly.
+// then abort the response, never end it cleanly. When the fill fails on
+// the disk and the handle has a Reopen, the reader continues from the
+// store instead, verified the same way (handoff.go).
 func (h *Handle) Reader(ctx context.Context, off, n int64) (io.Reader, error) {
 	if off < 0 || off > h.size {
 		return nil, fmt.Errorf("disk cache: offset %d outside 0..%d", off, h.size)
@@ -84,11 +90,16 @@ func (r *fillReader) avail(f *fill) int64 {
 	return lim - r.pos
 }
 
-// Close releases the handle's file descriptor.
+// Close releases the handle's file descriptor (and the store's stream a
+// handoff opened).
 func (h *Handle) Close() error {
 	if c := h.follow; c != nil {
 		h.follow = nil
 		c.following.Add(-1)
+	}
+	if h.stream != nil {
+		h.stream.Close()
+		h.stream = nil
 	}
 	return h.file.Close()
 }
@@ -98,19 +109,38 @@ type fillReader struct {
 	h        *Handle
 	ctx      context.Context
 	pos, end int64
+	ho       *handoff // once the fill failed on the disk (handoff.go)
 }
 
 func (r *fillReader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if r.ho != nil {
+		return r.handoffRead(p)
+	}
 	f := r.h.fill
 	for {
 		f.mu.Lock()
 		if f.err != nil {
-			err := f.err
+			err, rp := f.err, f.resume
 			f.mu.Unlock()
-			return 0, err
+			// Every byte in the file (the close or rename failed):
+			// no store needed. Otherwise only with a Reopen.
+			if rp == nil || (r.h.reopen == nil && rp.at < r.h.size) {
+				return 0, err
+			}
+			ho, herr := newHandoff(rp)
+			if herr != nil {
+				return 0, err
+			}
+			if r.h.stream != nil { // an earlier reader's stream
+				r.h.stream.Close()
+				r.h.stream = nil
+			}
+			r.ho = ho
+			r.h.cache.handoffs.Add(1)
+			return r.handoffRead(p)
 		}
 		if r.pos >= r.end {
 			if f.done {

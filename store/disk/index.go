@@ -20,9 +20,13 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
-// prepareLocked makes the directory usable and indexes it once. It returns
-// files to remove once c.mu is released.
+// prepareLocked makes the directory usable (and the cache's: owner.go)
+// and indexes it once. It returns files to remove once c.mu is released.
 func (c *Cache) prepareLocked() (victims []string, err error) {
+	if err := c.claim(); err != nil { // owner.go
+		c.downLocked(err)
+		return nil, c.downErr
+	}
 	if err := os.MkdirAll(c.tmp, 0o750); err != nil {
 		c.downLocked(err)
 		return nil, c.downErr

@@ -195,11 +195,16 @@ func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, c
 		notWorth = true
 	}
 	final := c.path(vkey)
+	var st stamp
 	if err == nil {
 		if err = os.MkdirAll(filepath.Dir(final), 0o750); err == nil {
 			now := c.now()
 			_ = os.Chtimes(tmp, now, now)
-			err = os.Rename(tmp, final)
+			var fi fs.FileInfo
+			if fi, err = os.Stat(tmp); err == nil {
+				st, written = stampOf(fi), fi.Size()
+				err = os.Rename(tmp, final)
+			}
 		}
 	}
 	if err != nil && tmp != "" {
@@ -220,7 +225,7 @@ func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, c
 		if old := c.entries[vkey]; old != nil {
 			c.dropLocked(old)
 		}
-		e := &entry{key: vkey, size: written, touched: c.now(), verified: true}
+		e := &entry{key: vkey, size: written, touched: c.now(), verified: true, stamp: st}
 		e.elem = c.lru.PushFront(e)
 		c.entries[vkey] = e
 		c.bytes.Add(written)
@@ -268,13 +273,16 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 // its first use; a file that fails is removed and remembered.
 func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding compress.Coding) {
 	defer c.wg.Done()
-	err := c.checkVariantFile(c.path(e.key), segmentID, size, coding)
+	st, err := c.checkVariantFile(c.path(e.key), segmentID, size, coding)
 	var p string
 	c.mu.Lock()
 	if c.ctx.Err() != nil {
 		err = nil // closed mid-way: not known bad
 	} else if c.entries[e.key] == e {
 		if err == nil {
+			e.smu.Lock()
+			e.stamp = st
+			e.smu.Unlock()
 			e.verified = true
 		} else {
 			p = c.dropLocked(e)
@@ -293,13 +301,20 @@ func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding com
 	}
 }
 
-func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding compress.Coding) error {
+// checkVariantFile verifies a variant file and returns its stamp as it
+// was before it was read.
+func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding compress.Coding) (stamp, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return err
+		return stamp{}, err
 	}
 	defer f.Close()
-	return compress.Verify(coding, &ctxReader{ctx: c.ctx, r: f}, segmentID, size)
+	fi, err := f.Stat()
+	if err != nil {
+		return stamp{}, err
+	}
+	st := stampOf(fi)
+	return st, compress.Verify(coding, &ctxReader{ctx: c.ctx, r: f}, segmentID, size)
 }
 
 // ctxReader stops a build or verification when ctx ends (Close, the fill

@@ -1,0 +1,227 @@
+package disk_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/store/disk"
+)
+
+// changeInPlace rewrites the file at p with b, keeping its inode.
+func changeInPlace(t *testing.T, p string, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A complete, verified file whose size, inode or modification time
+// changed is never served: it is discarded and filled again, and the
+// reader gets the segment's bytes.
+func TestChangedFileIsRefilled(t *testing.T) {
+	for name, change := range map[string]func(t *testing.T, p string, s segment){
+		"grown": func(t *testing.T, p string, s segment) {
+			changeInPlace(t, p, append(bytes.Clone(s.b), 'x'))
+		},
+		"truncated": func(t *testing.T, p string, s segment) {
+			if err := os.Truncate(p, int64(len(s.b))/2); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"same size, new mtime": func(t *testing.T, p string, s segment) {
+			fi, _ := os.Stat(p)
+			b := bytes.Clone(s.b)
+			b[7] ^= 0xff
+			changeInPlace(t, p, b)
+			later := fi.ModTime().Add(3 * time.Second)
+			os.Chtimes(p, later, later)
+		},
+		"only the mtime": func(t *testing.T, p string, s segment) {
+			fi, _ := os.Stat(p)
+			later := fi.ModTime().Add(time.Second)
+			os.Chtimes(p, later, later)
+		},
+		"replaced, same size and mtime": func(t *testing.T, p string, s segment) {
+			fi, _ := os.Stat(p)
+			b := bytes.Clone(s.b)
+			b[len(b)-1] ^= 0xff
+			repl := p + ".new"
+			if err := os.WriteFile(repl, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			os.Chtimes(repl, fi.ModTime(), fi.ModTime())
+			if err := os.Rename(repl, p); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var warned atomic.Value
+			c := newCache(t, disk.Options{Warn: func(msg string, err error) { warned.Store(msg + ": " + err.Error()) }})
+			s := newSegment(100_000, 80)
+			fillNow(t, c, s)
+			p := disk.PathForTest(c, s.key)
+			change(t, p, s)
+			var calls atomic.Int32
+			h := get(t, c, s, bytesSource(s.b, &calls))
+			if h.Hit() || calls.Load() != 1 {
+				t.Fatalf("the changed file was served (hit %v, fills %d)", h.Hit(), calls.Load())
+			}
+			mustRead(t, h, s.b)
+			st := c.Stats()
+			if st.Discarded != 1 || st.Fills != 2 {
+				t.Fatalf("stats %+v", st)
+			}
+			if w, _ := warned.Load().(string); !strings.Contains(w, "changed since it was verified") {
+				t.Errorf("warning %q", w)
+			}
+			// The refilled file is served again.
+			h = get(t, c, s, noSource(t))
+			if !h.Hit() {
+				t.Fatal("the refilled file is not a hit")
+			}
+			mustRead(t, h, s.b)
+		})
+	}
+}
+
+// What the stamp does not see: bytes rewritten in place, same length, and
+// the old modification time put back. Such a file is served until a
+// restart re-hashes it.
+func TestStampMissesAChangeThatKeepsAllThree(t *testing.T) {
+	dir := t.TempDir()
+	c, err := disk.New(disk.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSegment(100_000, 81)
+	fillNow(t, c, s)
+	p := disk.PathForTest(c, s.key)
+	fi, _ := os.Stat(p)
+	b := bytes.Clone(s.b)
+	b[99] ^= 0xff
+	changeInPlace(t, p, b)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	h := get(t, c, s, noSource(t))
+	got, err := readRange(t, h, 0, -1)
+	if err != nil || !h.Hit() || !bytes.Equal(got, b) {
+		t.Fatalf("hit %v, err %v: the documented blind spot changed; update the docs", h.Hit(), err)
+	}
+	h.Close()
+	c.Close()
+	// A restart hashes it before its first use and fills it again.
+	c2 := newCache(t, disk.Options{Dir: dir})
+	var calls atomic.Int32
+	mustRead(t, get(t, c2, s, bytesSource(s.b, &calls)), s.b)
+	if calls.Load() != 1 {
+		t.Fatalf("fills after the restart: %d", calls.Load())
+	}
+}
+
+// The cache's own touch (the recency it writes into the mtime) never
+// makes a concurrent hit discard the file, and a change after a touch is
+// still seen.
+func TestTouchIsNotAChange(t *testing.T) {
+	clk := newClock()
+	c := newCache(t, disk.Options{Now: clk.Now})
+	s := newSegment(50_000, 82)
+	fillNow(t, c, s)
+	for range 5 {
+		clk.Add(2 * time.Minute) // every round's first hit touches the file
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h, err := c.Get(context.Background(), s.id, int64(len(s.b)), noSource(t))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer h.Close()
+				if !h.Hit() {
+					t.Error("not a hit")
+				}
+				b, err := io.ReadAll(must(h.Reader(context.Background(), 0, -1)))
+				if err != nil || !bytes.Equal(b, s.b) {
+					t.Errorf("read: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if st := c.Stats(); st.Discarded != 0 || st.Hits != 40 {
+		t.Fatalf("stats %+v", st)
+	}
+	fi, _ := os.Stat(disk.PathForTest(c, s.key))
+	if !fi.ModTime().Equal(clk.Now()) {
+		t.Fatalf("mtime %v, want the last touch %v", fi.ModTime(), clk.Now())
+	}
+	later := fi.ModTime().Add(time.Second)
+	os.Chtimes(disk.PathForTest(c, s.key), later, later)
+	var calls atomic.Int32
+	mustRead(t, get(t, c, s, bytesSource(s.b, &calls)), s.b)
+	if calls.Load() != 1 {
+		t.Fatal("a change after a touch was served")
+	}
+}
+
+// A file verified after a restart is stamped as it was hashed: a later
+// change is seen.
+func TestChangeAfterRestartVerification(t *testing.T) {
+	dir := t.TempDir()
+	c, _ := disk.New(disk.Options{Dir: dir})
+	s := newSegment(60_000, 83)
+	fillNow(t, c, s)
+	c.Close()
+	c2 := newCache(t, disk.Options{Dir: dir})
+	mustRead(t, get(t, c2, s, noSource(t)), s.b) // hashed, then served
+	if err := os.Truncate(disk.PathForTest(c2, s.key), 10); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int32
+	mustRead(t, get(t, c2, s, bytesSource(s.b, &calls)), s.b)
+	if calls.Load() != 1 || c2.Stats().Discarded != 1 {
+		t.Fatalf("fills %d, stats %+v", calls.Load(), c2.Stats())
+	}
+}
+
+// A verified variant file that changed is discarded like an identity file.
+func TestChangedVariantIsDiscarded(t *testing.T) {
+	c := newCache(t, disk.Options{})
+	s := compressible(300_000, 84)
+	fillNow(t, c, s)
+	c.Variant(s.id, int64(len(s.b)), compress.Gzip) // starts the build
+	if _, st := waitVariant(t, c, s, compress.Gzip); st != disk.VariantReady {
+		t.Fatalf("state %d, want ready", st)
+	}
+	p := disk.PathForTest(c, s.key) + "+gzip"
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := fi.ModTime().Add(time.Hour)
+	os.Chtimes(p, later, later)
+	if h, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip); st == disk.VariantReady {
+		h.Close()
+		t.Fatal("a changed variant file was served")
+	}
+	if c.Stats().Discarded != 1 || exists(p) {
+		t.Fatalf("stats %+v, file kept %v", c.Stats(), exists(p))
+	}
+}
