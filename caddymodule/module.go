@@ -159,6 +159,9 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.life = new(lifetime)
+	if err := h.checkIgnored(); err != nil { // guardrails.go
+		return err
+	}
 	if err := h.setDefaults(); err != nil {
 		return err
 	}
@@ -172,6 +175,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.buildAuth(repl); err != nil {
 		return err
 	}
+	h.warnConfig(repl) // guardrails.go
 	if err := h.provisionStore(ctx, repl); err != nil {
 		return err
 	}
