@@ -77,7 +77,8 @@ type Handler struct {
 	// Longest life of a presigned redirect URL, whole seconds from 1s to
 	// 7 days. Default (absent or 0): 60s; a URL cannot live 0 s, so 0 in
 	// JSON is "unset" and the Caddyfile refuses an explicit 0. The URL
-	// never outlives the token or the publication either.
+	// never outlives the token or the publication either. Only valid with
+	// "redirect" delivery (refused with the others, which presign nothing).
 	PresignTTL caddy.Duration `json:"presign_ttl,omitempty"`
 
 	// Bound on one store operation (a lookup, or opening the bytes). A
@@ -100,8 +101,9 @@ type Handler struct {
 	// answer: `caddy validate`, start-up and a reload then refuse a config
 	// whose bucket is unreachable, and a reload keeps the running config.
 	// false: only log a warning, so an edge can start while the bucket
-	// has a blip. A sqlite store is always opened and checked at
-	// provision. Default: true.
+	// has a blip. Only valid with an s3 store (refused with sqlite: a
+	// sqlite store is always opened and checked at provision). Default:
+	// true.
 	VerifyStoreOnStart *bool `json:"verify_store_on_start,omitempty"`
 
 	// In-memory record and bytes cache in front of the store, and request
