@@ -145,6 +145,14 @@ type Handler struct {
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
 	streamLegacy bool
+
+	// sqliteStreams caps the answers streaming from a SQLite store at
+	// once, and an answer past the cap waits slotWait for a slot
+	// (streamcap.go); jitter(n) is a random int in [0, n), for the
+	// Retry-After of the answers refused.
+	sqliteStreams streamSlots
+	slotWait      time.Duration
+	jitter        func(n int) int
 }
 
 // CaddyModule returns the Caddy module information.
