@@ -71,7 +71,7 @@ func (e errBody) retryableTrue() bool { return e.Retryable != nil && *e.Retryabl
 // while one that reads gets every byte though the whole transfer lasts
 // longer than the stall timeout.
 func TestCopyStallingCutsAStalledReader(t *testing.T) {
-	const stall = 300 * time.Millisecond
+	const stall = 2 * time.Second
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB: more than the socket buffers hold
 	done := make(chan error, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -99,7 +99,7 @@ func TestCopyStallingCutsAStalledReader(t *testing.T) {
 		if rerr != nil {
 			break
 		}
-		time.Sleep(stall / 10)
+		time.Sleep(stall / 20) // the whole transfer outlasts the stall timeout
 	}
 	res.Body.Close()
 	if err := <-done; err != nil || !bytes.Equal(got.Bytes(), body) {
@@ -123,7 +123,7 @@ func TestCopyStallingCutsAStalledReader(t *testing.T) {
 		if !errors.As(err, &ne) || !ne.Timeout() {
 			t.Fatalf("stalled reader: server got %v, want a write timeout", err)
 		}
-	case <-time.After(20 * time.Second): // generous: the stall is 300 ms
+	case <-time.After(30 * time.Second): // generous: the stall is 2 s
 		t.Fatal("the response to a stalled reader was not cut")
 	}
 }
