@@ -56,6 +56,16 @@ func (h *Handler) buildAuth(repl *caddy.Replacer) error {
 	if err != nil {
 		return err
 	}
+	if h.Audience.Kind == "hmac_sha256" {
+		// Decoded again (build checked it): compared with the token keys.
+		audKey, err := secret(repl, h.Audience.Key, "audience hmac_sha256 key", h.weakKeysOK)
+		if err != nil {
+			return err
+		}
+		if err := refuseSharedAudienceKey(keys, audKey); err != nil { // guardrails.go
+			return err
+		}
+	}
 	h.audience = aud
 	return nil
 }

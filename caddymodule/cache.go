@@ -55,7 +55,9 @@ type CacheConfig struct {
 	// Budget of the disk tier: complete files plus fills in progress,
 	// least recently used evicted first; a segment larger than it is not
 	// cached. Keep it below the volume's free space. Default: 4 GiB
-	// (4294967296, disk.DefaultMaxBytes). 0 disables the disk tier.
+	// (4294967296, disk.DefaultMaxBytes). 0 disables the disk tier. A
+	// non-zero budget with disk "off" is refused (it would have no
+	// effect).
 	DiskMaxBytes *int64 `json:"disk_max_bytes,omitempty"`
 }
 

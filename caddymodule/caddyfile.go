@@ -44,7 +44,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    untokened        next|reject                   # default next
 //	    delivery         serve|redirect|proxy          # default redirect for s3, serve for sqlite
 //	    legacy_headers   stream|redirect               # redirect delivery, objects with a record header; default stream
-//	    presign_ttl      <duration>                    # default 60s; must be positive
+//	    presign_ttl      <duration>                    # default 60s; must be positive; redirect delivery only
 //	    cdn cloudfront {                               # redirect to CloudFront signed URLs (redirect delivery, s3 store)
 //	        domain      <host>                         # e.g. d111111abcdef8.cloudfront.net; no scheme or path
 //	        key_pair_id <id>                           # public key id in the distribution's trusted key group
@@ -54,7 +54,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	    store_timeout    <duration>                    # default 5s; must be positive
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
-//	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config
+//	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config; s3 only
 //	    compress         zstd gzip|gzip|zstd|off       # default zstd gzip (preference order); off: identity only
 //	    cache_status     on [<name>]|off               # RFC 9211 Cache-Status on granted answers; default off, name caddy-syncular
 //	    tenant_key       <secret>                      # key of {http.syncular.tenant}; default derived from the first key
@@ -69,7 +69,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	}
 //
 // Secrets may be {env.NAME} or {file.PATH} placeholders, expanded once at
-// provision time. Sizes are bytes or humanized ("64MiB", "512KiB"; "MB"
+// provision time; a secret written literally (or as {$NAME}, which the
+// Caddyfile expands when adapted) is in the JSON config, and provision
+// warns about it. Sizes are bytes or humanized ("64MiB", "512KiB"; "MB"
 // means 10^6). Each subdirective may appear once.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name

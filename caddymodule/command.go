@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
 
+	"github.com/syncular/caddy-syncular/internal/termsafe"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
@@ -167,10 +169,25 @@ would be refused.`,
 	return c
 }
 
+// runInspect prints through termsafe: the token's claims and the URL are
+// the sender's, and reach the terminal escaped (errors too).
 func runInspect(cmd *cobra.Command, args []string) error {
+	return safeErr(inspectTo(cmd, termsafe.Writer{W: cmd.OutOrStdout()}, termsafe.Writer{W: cmd.ErrOrStderr()}, args[0]))
+}
+
+func inspectTo(cmd *cobra.Command, stdout, stderr io.Writer, arg string) error {
 	f := cmd.Flags()
 	get := func(name string) string { v, _ := f.GetString(name); return v }
-	tok, urlSeg, err := token.TokenFromURL(args[0])
+	// The edge refuses a raw '#' with an st before or after it, before
+	// looking at the token (hashHidesToken); so does the tool, by the
+	// same rule.
+	if hashHidesTokenIn(strings.TrimSpace(arg)) {
+		fmt.Fprintf(stdout, "url:       holds a raw '#' and an st parameter: the edge answers 403 sync.forbidden before reading the token "+
+			"(a log filter reading the URL would end it at the '#' and keep the token); sign and send the URL without a fragment\n")
+		fmt.Fprintf(stdout, "verdict:   refuse: %s\n", reasonHashInURL)
+		return fmt.Errorf("the edge would refuse this URL: %s", reasonHashInURL)
+	}
+	tok, urlSeg, err := token.TokenFromURL(arg)
 	if err != nil {
 		return err
 	}
@@ -187,7 +204,7 @@ func runInspect(cmd *cobra.Command, args []string) error {
 		// Inspect diagnoses any key (it grants nothing), but says when
 		// the edge would refuse to start with it.
 		if err := checkKeyStrength(kb); err != nil {
-			fmt.Fprintf(cmd.ErrOrStderr(), "note: --key %d %v; the edge refuses such a key at provision\n", i+1, err)
+			fmt.Fprintf(stderr, "note: --key %d %v; the edge refuses such a key at provision\n", i+1, err)
 		}
 		opts.Keys = append(opts.Keys, kb)
 	}
@@ -206,11 +223,23 @@ func runInspect(cmd *cobra.Command, args []string) error {
 		return errors.New("--partition needs --config (the audience rule comes from the config)")
 	}
 	r := token.Inspect(tok, opts)
-	fmt.Fprint(cmd.OutOrStdout(), r.String())
+	fmt.Fprint(stdout, r.String())
 	if r.Verdict == token.VerdictRefuse {
 		return fmt.Errorf("the edge would refuse this token: segment token rejected: %s", r.Reason)
 	}
 	return nil
+}
+
+// safeErr is err with its text escaped for the terminal (termsafe.Text):
+// errors may quote a URL, a claim or a store's message.
+func safeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if msg := termsafe.Text(err.Error(), false); msg != err.Error() {
+		return errors.New(msg)
+	}
+	return err
 }
 
 // optionsFromConfig fills the keys (when no --key was given), skew and

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"errors"
+	"math/rand/v2"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -58,6 +59,13 @@ func (h *Handler) setDefaults() error {
 	}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if h.jitter == nil {
+		h.jitter = rand.IntN
+	}
+	if h.sqliteStreams == nil {
+		h.sqliteStreams = newStreamSlots(maxSQLiteStreams, maxSQLiteWaiters) // streamcap.go
+		h.slotWait = streamSlotWait
 	}
 	h.skew = defaultSkew
 	if h.Skew != nil {

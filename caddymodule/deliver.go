@@ -183,12 +183,29 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		body = store.VerifyWhole(body, g.segID, size) // ends in an error, not EOF, on a mismatch
 	}
 	defer body.Close()
+	// A SQLite stream holds a chunk buffer per reader: capped, and cut
+	// when its client stalls (streamcap.go).
+	sqliteStream := h.Store != nil && h.Store.Backend == backendSQLite && storeStreamed(body)
+	if sqliteStream {
+		if !h.sqliteStreams.acquire(r.Context(), h.slotWait) {
+			h.overloaded(w, d)
+			return
+		}
+		defer h.sqliteStreams.release()
+	}
 	h.buildAfterRead(g.segID, v)
 	writeBytesHeaders(w, g, br, rr, d)
 	h.setVariantHeaders(w.Header(), g.segID, v)
 	h.markCache(w, d, kind)
 	w.WriteHeader(status)
-	n, err := copyBody(w, body, br.n)
+	var n int64
+	if sqliteStream {
+		// Connection deadlines are wall-clock times: time.Now, not the
+		// handler's injected clock.
+		n, err = copyStalling(w, body, br.n, streamStallTimeout, serverWriteDeadline(r, start), time.Now)
+	} else {
+		n, err = copyBody(w, body, br.n)
+	}
 	h.metrics.via(d.legacy).bytes(n)
 	h.metrics.cacheBytes(kind, n)
 	h.metrics.codedBytes(compress.Identity, n)

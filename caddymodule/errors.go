@@ -34,7 +34,7 @@ func (e protoError) write(w http.ResponseWriter, message string) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
-	if e.retryable && e.status >= 500 {
+	if e.retryable && e.status >= 500 && h.Get("Retry-After") == "" {
 		h.Set("Retry-After", "1")
 	}
 	body := make([]byte, 0, 192)

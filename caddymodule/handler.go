@@ -38,7 +38,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	tokens := appendStParams(one[:0], r.URL.RawQuery)
 	signed := len(tokens) > 0
 	if hashHidesToken(r) {
-		d.refuse(w, errForbidden, "segment token rejected: '#' in a signed URL")
+		d.refuse(w, errForbidden, reasonHashInURL)
 		return nil
 	}
 	if !signed {

@@ -203,6 +203,7 @@ func wantError(t testing.TB, rec *httptest.ResponseRecorder, status int, code st
 		"edge.range_not_satisfiable": {"invalid-request", false, "fixRequest"},
 		"edge.store_unavailable":     {"internal", true, "retryLater"},
 		"edge.store_timeout":         {"internal", true, "retryLater"},
+		"edge.overloaded":            {"internal", true, "retryLater"},
 	}[code]
 	if b.Category != want.cat || b.Retryable == nil || *b.Retryable != want.retry || b.RecommendedAction != want.act || b.Message == "" {
 		t.Fatalf("catalog fields wrong for %s: %+v", code, b)

@@ -78,7 +78,8 @@ type Handler struct {
 	// Longest life of a presigned redirect URL, whole seconds from 1s to
 	// 7 days. Default (absent or 0): 60s; a URL cannot live 0 s, so 0 in
 	// JSON is "unset" and the Caddyfile refuses an explicit 0. The URL
-	// never outlives the token or the publication either.
+	// never outlives the token or the publication either. Only valid with
+	// "redirect" delivery (refused with the others, which presign nothing).
 	PresignTTL caddy.Duration `json:"presign_ttl,omitempty"`
 
 	// Redirect to a CDN's signed URLs (CloudFront) instead of presigned
@@ -106,8 +107,9 @@ type Handler struct {
 	// answer: `caddy validate`, start-up and a reload then refuse a config
 	// whose bucket is unreachable, and a reload keeps the running config.
 	// false: only log a warning, so an edge can start while the bucket
-	// has a blip. A sqlite store is always opened and checked at
-	// provision. Default: true.
+	// has a blip. Only valid with an s3 store (refused with sqlite: a
+	// sqlite store is always opened and checked at provision). Default:
+	// true.
 	VerifyStoreOnStart *bool `json:"verify_store_on_start,omitempty"`
 
 	// In-memory record and bytes cache in front of the store, and request
@@ -168,6 +170,14 @@ type Handler struct {
 	streamLegacy bool
 
 	obs observe // cache_status and tenant_key resolved (cachestatus.go)
+
+	// sqliteStreams caps the answers streaming from a SQLite store at
+	// once, and an answer past the cap waits slotWait for a slot
+	// (streamcap.go); jitter(n) is a random int in [0, n), for the
+	// Retry-After of the answers refused.
+	sqliteStreams streamSlots
+	slotWait      time.Duration
+	jitter        func(n int) int
 }
 
 // CaddyModule returns the Caddy module information.
@@ -184,6 +194,9 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.life = new(lifetime)
+	if err := h.checkIgnored(); err != nil { // guardrails.go
+		return err
+	}
 	if err := h.setDefaults(); err != nil {
 		return err
 	}
@@ -197,6 +210,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.buildAuth(repl); err != nil {
 		return err
 	}
+	h.warnConfig(repl) // guardrails.go
 	if err := h.provisionStore(ctx, repl); err != nil {
 		return err
 	}

@@ -57,15 +57,27 @@ func hashHidesToken(r *http.Request) bool {
 		return false // the common case, without building strings
 	}
 	for _, target := range [2]string{r.RequestURI, r.URL.RawPath + "?" + r.URL.RawQuery} {
-		i := strings.IndexAny(target, "?#")
-		if i < 0 || strings.IndexByte(target[i:], '#') < 0 {
-			continue
-		}
-		if _, present := stParams(strings.NewReplacer("#", "&", "?", "&").Replace(target[i+1:])); present {
+		if hashHidesTokenIn(target) {
 			return true
 		}
 	}
 	return false
+}
+
+// reasonHashInURL is the refusal of a request hashHidesToken reports.
+const reasonHashInURL = "segment token rejected: '#' in a signed URL"
+
+// hashHidesTokenIn reports a raw '#' in a request target (path and query,
+// or an absolute URI) together with an st parameter before or after it:
+// hashHidesToken's rule for one target, which `caddy syncular-token
+// inspect` applies to the URL it is given.
+func hashHidesTokenIn(target string) bool {
+	i := strings.IndexAny(target, "?#")
+	if i < 0 || strings.IndexByte(target[i:], '#') < 0 {
+		return false
+	}
+	_, present := stParams(strings.NewReplacer("#", "&", "?", "&").Replace(target[i+1:]))
+	return present
 }
 
 // segmentFromPath returns the last element of the request path,

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/syncular/caddy-syncular/internal/termsafe"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
@@ -94,7 +95,15 @@ type storeInspection struct {
 	matched []string
 }
 
+// runStoreInspect prints through termsafe: what the store holds (partition
+// ids, table names, digests, media types, a service's error text) may
+// have been written by anyone who could write the store, and reaches the
+// terminal escaped.
 func runStoreInspect(cmd *cobra.Command, args []string) error {
+	return safeErr(storeInspect(cmd, args))
+}
+
+func storeInspect(cmd *cobra.Command, args []string) error {
 	f := cmd.Flags()
 	get := func(name string) string { v, _ := f.GetString(name); return v }
 	path := get("config")
@@ -138,7 +147,7 @@ func runStoreInspect(cmd *cobra.Command, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	out := &lockedWriter{w: cmd.OutOrStdout()}
+	out := &lockedWriter{w: termsafe.Writer{W: cmd.OutOrStdout()}}
 	done := make(chan error, 1)
 	go func() { done <- in.run(ctx, out) }()
 	select {
@@ -291,7 +300,7 @@ func describeSQLite(ctx context.Context, w io.Writer, st *store.SQLite) {
 		fmt.Fprintf(w, "backend     sqlite\nlayout      unreadable: %v\n", err)
 		return
 	}
-	fmt.Fprintf(w, "backend     sqlite %s (journal mode %s, schema_version %d)\n", d.Path, d.JournalMode, d.SchemaVersion)
+	fmt.Fprintf(w, "backend     sqlite %s (journal mode %s, schema_version %d)\n", d.Path, termsafe.Field(d.JournalMode), d.SchemaVersion)
 	var gen string
 	switch d.Generation {
 	case 1:
@@ -370,7 +379,7 @@ func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *
 		return
 	}
 	nowMs := in.now.UnixMilli()
-	fmt.Fprintf(w, "record      %d bytes, %s, %d publication(s) at %s\n", rec.ByteLength, rec.MediaType, len(rec.Publications), in.now.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "record      %d bytes, %s, %d publication(s) at %s\n", rec.ByteLength, termsafe.Field(rec.MediaType), len(rec.Publications), in.now.UTC().Format(time.RFC3339))
 	var claims *token.Report
 	if in.token != "" {
 		claims = token.Inspect(in.token, token.InspectOptions{SegmentID: in.segID, Now: in.now, Skew: h.skew, MaxLen: h.MaxTokenLength})
@@ -379,18 +388,19 @@ func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *
 		}
 	}
 	for i, p := range store.PublicationStates(rec, nowMs) {
-		fmt.Fprintf(w, "  [%d] %-9s partition %s, epoch %q", i, p.State, p.Partition, p.LogEpoch)
+		// Store-derived strings: Field (or %q) escapes them.
+		fmt.Fprintf(w, "  [%d] %-9s partition %s, epoch %q", i, p.State, termsafe.Field(p.Partition), p.LogEpoch)
 		switch {
 		case rec.Fenced && !p.Registered:
 			fmt.Fprintf(w, " (partition not in the registry)")
 		case rec.Fenced && p.CurrentEpoch != p.LogEpoch:
 			fmt.Fprintf(w, " (registry: %q)", p.CurrentEpoch)
 		}
-		fmt.Fprintf(w, ", table %s v%d", p.Table, p.SchemaVersion)
+		fmt.Fprintf(w, ", table %s v%d", termsafe.Field(p.Table), p.SchemaVersion)
 		if p.HasCheckpoint {
 			fmt.Fprintf(w, " (checkpoint v%d)", p.Checkpoint)
 		}
-		fmt.Fprintf(w, "\n      scope digest %s\n", p.ScopeDigest)
+		fmt.Fprintf(w, "\n      scope digest %s\n", termsafe.Field(p.ScopeDigest))
 		fmt.Fprintf(w, "      created %s, expires %s\n", when(p.CreatedAtMs, nowMs), when(p.ExpiresAtMs, nowMs))
 		if claims != nil && claims.Decoded {
 			sd, aud := claims.SD == p.ScopeDigest, claims.Aud == h.audience.Derive(p.Partition)

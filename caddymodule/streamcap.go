@@ -1,0 +1,183 @@
+package caddymodule
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Bounded memory per reader on the SQLite stream path. A segment that is
+// neither in the bytes cache nor a file of the disk tier (the tier off,
+// declining, full, or the segment above its budget) streams from the
+// SQLite store, which holds one chunk buffer per reader (1 MiB: each
+// chunk is its own read transaction, and incremental blob I/O walks the
+// blob's overflow pages from its start on every open, so much smaller
+// chunks cost far more per byte: streaming a 20 MiB blob in 64 KiB chunks
+// measured 15 times slower than in 1 MiB chunks). A reader that never reads pins that
+// buffer: measured about 1.6 MiB of RSS per stalled reader with Go's
+// garbage-collection headroom. So:
+//
+//   - at most maxSQLiteStreams such answers stream at once per handler;
+//     one more waits up to streamSlotWait for a slot (fast downloads end
+//     within it), at most maxSQLiteWaiters of them at once; past the wait
+//     or that many waiters, it is answered 503 edge.overloaded with a Retry-After
+//     of 1 to overloadRetrySpread seconds chosen at random, so the refused
+//     clients do not come back together. 4 streams hold 4 MiB of chunk
+//     buffers (about 6 MiB of RSS); 300 stalled readers, 4 streaming and
+//     the others waiting or refused, were measured at +17 to +25 MiB of
+//     RSS, most of it the 300 connections and their goroutines, which Go
+//     keeps for more than 10 s after they end (with 32 streams: +41 MiB,
+//     16: +24 to +37, 8: +28 to +30). 4 streams already keep both cores
+//     of a small edge busy (a chunked SQLite stream is CPU-bound, about
+//     340 MB/s per core for a 20 MiB blob). The disk tier, on by default, serves large
+//     segments from files and is not capped.
+//   - a stream whose client takes no byte for streamStallTimeout is cut
+//     (the connection's write deadline, renewed on every write), so stalled
+//     readers give their slots back instead of holding them until the
+//     server's write timeout, which Caddy does not set by default.
+//
+// Bodies held in memory (a bytes cache hit) or in a disk-tier file cost no
+// per-reader buffer and are not counted; nor are S3 bodies, which the HTTP
+// client reads in small buffers.
+const (
+	maxSQLiteStreams    = 4
+	maxSQLiteWaiters    = 64
+	overloadRetrySpread = 5 // seconds
+	streamSlotWait      = 15 * time.Second
+	streamStallTimeout  = 30 * time.Second
+	streamCopyBuffer    = 32 << 10
+)
+
+// errOverloaded answers a request the edge has no capacity for now.
+var errOverloaded = protoError{http.StatusServiceUnavailable, "edge.overloaded", "internal", true, "retryLater"}
+
+// streamSlots counts the answers streaming from the store, and the
+// answers waiting for a slot; nil: no cap.
+type streamSlots = *slots
+
+type slots struct {
+	ch      chan struct{}
+	waiting atomic.Int32
+	maxWait int32
+}
+
+func newStreamSlots(n, waiters int) streamSlots {
+	return &slots{ch: make(chan struct{}, n), maxWait: int32(waiters)}
+}
+
+// tryAcquire takes a slot without waiting.
+func (s *slots) tryAcquire() bool {
+	if s == nil {
+		return true
+	}
+	select {
+	case s.ch <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// acquire takes a slot, waiting up to wait for one (or until ctx ends)
+// unless maxWait answers wait already. A waiter holds no stream buffer:
+// the store reads its first chunk only when the body is read.
+func (s *slots) acquire(ctx context.Context, wait time.Duration) bool {
+	if s.tryAcquire() {
+		return true
+	}
+	if s.waiting.Add(1) > s.maxWait {
+		s.waiting.Add(-1)
+		return false
+	}
+	defer s.waiting.Add(-1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.ch <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (s *slots) release() {
+	if s != nil {
+		<-s.ch
+	}
+}
+
+// taken is the number of slots in use.
+func (s *slots) taken() int { return len(s.ch) }
+
+// storeStreamed reports whether body streams from the store rather than
+// from memory (the bytes cache) or a disk-tier file.
+func storeStreamed(body io.Reader) bool {
+	if _, ok := body.(interface{ Bytes() []byte }); ok {
+		return false
+	}
+	if _, ok := body.(interface{ Raw() io.Reader }); ok {
+		return false
+	}
+	return true
+}
+
+// overloaded answers 503 edge.overloaded with a jittered Retry-After.
+func (h *Handler) overloaded(w http.ResponseWriter, d *decision) {
+	w.Header().Set("Retry-After", strconv.Itoa(1+h.jitter(overloadRetrySpread)))
+	d.refuse(w, errOverloaded, "too many segment streams in progress")
+}
+
+// copyStalling writes n bytes of body to w like io.CopyN, and ends with
+// an error when the client takes no byte for stall: the write deadline is
+// renewed before every write, never past the server's own write timeout
+// (hard, zero: none). Where the connection has no deadlines (the writer
+// does not support them) it is io.CopyN.
+func copyStalling(w http.ResponseWriter, body io.Reader, n int64, stall time.Duration, hard time.Time, now func() time.Time) (int64, error) {
+	rc := http.NewResponseController(w)
+	deadline := func() time.Time {
+		d := now().Add(stall)
+		if !hard.IsZero() && hard.Before(d) {
+			d = hard
+		}
+		return d
+	}
+	if err := rc.SetWriteDeadline(deadline()); err != nil {
+		return io.CopyN(w, body, n)
+	}
+	defer rc.SetWriteDeadline(hard) // the server's own bound again
+	buf := make([]byte, min(int64(streamCopyBuffer), max(n, 1)))
+	var written int64
+	for written < n {
+		want := min(int64(len(buf)), n-written)
+		m, rerr := io.ReadFull(body, buf[:want])
+		if m > 0 {
+			_ = rc.SetWriteDeadline(deadline())
+			k, werr := w.Write(buf[:m])
+			written += int64(k)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if rerr != nil {
+			if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
+				rerr = io.ErrUnexpectedEOF
+			}
+			return written, rerr
+		}
+	}
+	return written, nil
+}
+
+// serverWriteDeadline is when the server's write timeout ends the
+// response of r, started at start (zero: no write timeout).
+func serverWriteDeadline(r *http.Request, start time.Time) time.Time {
+	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok && srv.WriteTimeout > 0 {
+		return start.Add(srv.WriteTimeout)
+	}
+	return time.Time{}
+}
