@@ -109,7 +109,7 @@ func (c *collectors) register(reg prometheus.Registerer) error {
 var knownOutcomes = []string{
 	outcomeGranted, outcomeNotModified, outcomeNext,
 	errForbidden.code, errNotFound.code, errExpired.code, errInvalid.code, errMethod.code,
-	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code,
+	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code, errOverloaded.code,
 }
 
 // handlerMetrics are one handler's label children, resolved once. A nil
