@@ -66,13 +66,15 @@ fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
 # caddy-plain: the reload test compares connection resets with stock Caddy;
-# chromium (Debian's package, installed only when missing) runs the browser test.
+# chromium (Debian's package, installed only when missing) runs the browser test;
+# strace (the same) counts the edge's system calls in the sendfile test.
 integration: caddy caddy-plain
-	scripts/tools.sh versitygw chromium
+	scripts/tools.sh versitygw chromium strace
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
+# nginx (Debian's package, installed only when missing) is the peer of (a) and (e).
 bench: caddy caddy-plain
-	scripts/tools.sh versitygw hey vegeta
+	scripts/tools.sh versitygw hey vegeta nginx
 	$(GO) run ./bench/load -o bench/RESULTS.md
 
 clean:

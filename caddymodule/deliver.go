@@ -299,8 +299,9 @@ func (h *Handler) streamsLegacy(rec *store.Record) bool {
 // copyBody writes n bytes of body to w. A body held in memory (a bytes
 // cache hit) goes out in one Write: no copy buffer is allocated and the
 // connection gets one large write instead of 32 KiB chunks. A complete
-// file of the disk tier goes to io.Copy unwrapped (an *io.LimitedReader
-// over an *os.File) so the connection's ReadFrom reaches sendfile(2).
+// file of the disk tier goes to io.Copy in the shape that reaches
+// sendfile(2) through the response writers between the handler and the
+// connection (sendfile.go).
 func copyBody(w io.Writer, body io.Reader, n int64) (int64, error) {
 	if m, ok := body.(interface{ Bytes() []byte }); ok {
 		if b := m.Bytes(); int64(len(b)) == n {
@@ -308,8 +309,8 @@ func copyBody(w io.Writer, body io.Reader, n int64) (int64, error) {
 			return int64(k), err
 		}
 	}
-	if lr := sendfileReader(body, n); lr != nil { // disktier.go
-		k, err := io.Copy(w, lr) // not CopyN: a LimitedReader of a LimitedReader misses sendfile
+	if src := sendfileSource(w, body, n); src != nil {
+		k, err := io.Copy(w, src) // not CopyN: its LimitedReader would hide the file
 		if err == nil && k != n {
 			err = io.ErrUnexpectedEOF
 		}

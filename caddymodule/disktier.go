@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -152,21 +151,6 @@ func parseDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
 		c.DiskMaxBytes = &size
 	}
 	return nil
-}
-
-// sendfileReader returns the disk tier's reader of body when it is a
-// complete file's *io.LimitedReader over an *os.File for exactly n bytes,
-// the one shape (*net.TCPConn).ReadFrom sends with sendfile(2).
-func sendfileReader(body io.Reader, n int64) *io.LimitedReader {
-	rb, ok := body.(interface{ Raw() io.Reader })
-	if !ok {
-		return nil
-	}
-	lr, ok := rb.Raw().(*io.LimitedReader)
-	if !ok || lr.N != n {
-		return nil
-	}
-	return lr
 }
 
 // warnCorrupt logs, as a store fault, a body that failed because its

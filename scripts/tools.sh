@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the tools the build and tests need into .tools/bin (owned by this
 # repo, git-ignored), once per pinned version: a second run is a no-op.
-#   scripts/tools.sh [xcaddy] [versitygw] [hey] [chromium]   (default: xcaddy versitygw)
-# chromium is Debian's package (headless browser tests), installed with
-# apt-get only when no `chromium` is on PATH.
+#   scripts/tools.sh [xcaddy] [versitygw] [hey] [vegeta] [chromium] [strace] [nginx]
+#   (default: xcaddy versitygw)
+# chromium (headless browser tests), strace (the sendfile test counts the
+# edge's system calls) and nginx (a peer in the benchmark) are Debian's
+# packages, installed with apt-get only when the command is not found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -24,15 +26,17 @@ install() { # name module version
 	echo "$ver" >"$stamp"
 }
 
-install_chromium() {
-	if command -v chromium >/dev/null 2>&1; then
+install_apt() { # command package
+	local cmd=$1 pkg=$2
+	# nginx lives in /usr/sbin, which a non-root PATH may lack.
+	if command -v "$cmd" >/dev/null 2>&1 || [[ -x /usr/sbin/$cmd || -x /usr/bin/$cmd ]]; then
 		return 0
 	fi
-	echo "tools: installing chromium (apt-get)" >&2
+	echo "tools: installing $pkg (apt-get)" >&2
 	local sudo=()
 	[[ $(id -u) -eq 0 ]] || sudo=(sudo)
 	"${sudo[@]}" apt-get update
-	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y chromium
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y "$pkg"
 }
 
 want=("$@")
@@ -43,7 +47,9 @@ for t in "${want[@]}"; do
 	versitygw) install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" ;;
 	hey) install hey github.com/rakyll/hey "$HEY_VERSION" ;;
 	vegeta) install vegeta github.com/tsenart/vegeta/v12 "$VEGETA_VERSION" ;;
-	chromium) install_chromium ;;
+	chromium) install_apt chromium chromium ;;
+	strace) install_apt strace strace ;;
+	nginx) install_apt nginx nginx ;;
 	*) echo "tools: unknown tool $t" >&2; exit 2 ;;
 	esac
 done

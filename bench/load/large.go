@@ -30,7 +30,10 @@ import (
 
 const largeSize = 64 << 20
 
-var flagLargeRounds = flag.Int("large-rounds", 3, "rounds of the large-segment scenarios (e) and (g)")
+var (
+	flagLargeRounds = flag.Int("large-rounds", 3, "rounds of the large-segment scenarios (e) and (g)")
+	flagWriteChunk  = flag.String("write-chunk", "", "the large-segment edges' `servers { timeouts { write_max_chunk } }` (e.g. 2MiB); empty: Caddy's default, 64 KiB")
+)
 
 // largeSeg is the 64 MiB segment, made once per run.
 type largeSeg struct {
@@ -121,7 +124,11 @@ func (e *env) startLargeEdge(name, backend, diskDir string) (*largeEdge, error) 
 	}
 	extra := fmt.Sprintf("%s\n\t\tcache {\n\t\t\tdisk %s\n\t\t}", delivery, diskDir)
 	admin, port := freePort(), freePort()
-	p, err := e.startCaddy(name, *flagCaddy, fmt.Sprintf(globalOpts, admin)+edgeSite(port, audTemplate, storeBlock, extra))
+	global := fmt.Sprintf(globalOpts, admin)
+	if *flagWriteChunk != "" {
+		global = strings.Replace(global, "auto_https off", "auto_https off\n\tservers {\n\t\ttimeouts {\n\t\t\twrite_max_chunk "+*flagWriteChunk+"\n\t\t}\n\t}", 1)
+	}
+	p, err := e.startCaddy(name, *flagCaddy, global+edgeSite(port, audTemplate, storeBlock, extra))
 	if err != nil {
 		return nil, err
 	}

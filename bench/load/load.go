@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -33,6 +34,17 @@ type side struct {
 	// window (e.g. writing a fresh targets file).
 	prepare func() error
 	load    func(d time.Duration) (loadResult, error)
+	// cpu, if set, is the side's CPU time in seconds (nginx: master and
+	// workers); procCPU of proc otherwise.
+	cpu func() (float64, error)
+}
+
+// cpuTime is the CPU time the side's server has used, in seconds.
+func (s side) cpuTime() (float64, error) {
+	if s.cpu != nil {
+		return s.cpu()
+	}
+	return procCPU(s.proc.pid())
 }
 
 // pair is an edge-versus-plain comparison measured in ABBA rounds: the
@@ -46,18 +58,48 @@ type pair struct {
 	// tool is the load command, for the report.
 	tool        string
 	edge, plain side
+	// peer, if set, is a third server measured in the same rounds (nginx),
+	// with a minimum edge/peer ratio of requests/s (0 for none).
+	peer       *side
+	peerTarget float64
 
-	edgeRPS, plainRPS []float64
-	edgeCPU, plainCPU []float64 // server CPU µs per request
-	bad               int       // responses with another status, or errors
-	maxRequests       int       // the most requests one run sent
+	edgeRPS, plainRPS, peerRPS []float64
+	edgeCPU, plainCPU, peerCPU []float64 // server CPU µs per request
+	bad                        int       // responses with another status, or errors
+	maxRequests                int       // the most requests one run sent
+}
+
+// Sides of a pair, in the order of even rounds (odd rounds reverse it).
+const (
+	sideEdge = iota
+	sidePlain
+	sidePeer
+)
+
+// sides is the order of p's sides in even rounds.
+func (p *pair) sides() []int {
+	if p.peer != nil {
+		return []int{sideEdge, sidePlain, sidePeer}
+	}
+	return []int{sideEdge, sidePlain}
+}
+
+func (p *pair) side(which int) (side, string) {
+	switch which {
+	case sideEdge:
+		return p.edge, "edge"
+	case sidePeer:
+		return *p.peer, "nginx"
+	}
+	return p.plain, "plain"
 }
 
 // abba warms every side up for 1 s, then runs rounds rounds over pairs.
 func abba(pairs []*pair, rounds int) error {
 	log.Printf("warm-up")
 	for _, p := range pairs {
-		for _, s := range []side{p.edge, p.plain} {
+		for _, which := range p.sides() {
+			s, _ := p.side(which)
 			if s.prepare != nil {
 				if err := s.prepare(); err != nil {
 					return err
@@ -70,12 +112,12 @@ func abba(pairs []*pair, rounds int) error {
 	}
 	for round := 0; round < rounds; round++ {
 		for _, p := range pairs {
-			order := []bool{true, false} // edge first
+			order := p.sides() // edge first
 			if round%2 == 1 {
-				order = []bool{false, true}
+				slices.Reverse(order)
 			}
-			for _, isEdge := range order {
-				if err := p.once(round, isEdge); err != nil {
+			for _, which := range order {
+				if err := p.once(round, which); err != nil {
 					return err
 				}
 			}
@@ -85,11 +127,8 @@ func abba(pairs []*pair, rounds int) error {
 }
 
 // once is one measured run of one side of p.
-func (p *pair) once(round int, isEdge bool) error {
-	s, sideName := p.plain, "plain"
-	if isEdge {
-		s, sideName = p.edge, "edge"
-	}
+func (p *pair) once(round int, which int) error {
+	s, sideName := p.side(which)
 	if s.prepare != nil {
 		if err := s.prepare(); err != nil {
 			return err
@@ -102,7 +141,7 @@ func (p *pair) once(round int, isEdge bool) error {
 			prof <- saveProfile(s.admin, *flagDur-time.Second, filepath.Join(*flagPprof, p.id+"-"+sideName+".pprof"))
 		}()
 	}
-	cpu0, err := procCPU(s.proc.pid())
+	cpu0, err := s.cpuTime()
 	if err != nil {
 		return err
 	}
@@ -110,7 +149,7 @@ func (p *pair) once(round int, isEdge bool) error {
 	if err != nil {
 		return err
 	}
-	cpu1, err := procCPU(s.proc.pid())
+	cpu1, err := s.cpuTime()
 	if err != nil {
 		return err
 	}
@@ -134,10 +173,14 @@ func (p *pair) once(round int, isEdge bool) error {
 		}
 	}
 	p.maxRequests = max(p.maxRequests, r.requests)
-	if isEdge {
+	switch which {
+	case sideEdge:
 		p.edgeRPS = append(p.edgeRPS, r.rps)
 		p.edgeCPU = append(p.edgeCPU, cpuPer)
-	} else {
+	case sidePeer:
+		p.peerRPS = append(p.peerRPS, r.rps)
+		p.peerCPU = append(p.peerCPU, cpuPer)
+	default:
 		p.plainRPS = append(p.plainRPS, r.rps)
 		p.plainCPU = append(p.plainCPU, cpuPer)
 	}

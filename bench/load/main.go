@@ -5,7 +5,8 @@
 //
 //	(a) serve: the edge serving a 256 KiB segment from SQLite (warm cache)
 //	    against stock Caddy's file_server serving the same bytes from disk
-//	    (hey, one URL);
+//	    (hey, one URL), and nginx (nginx.go: sendfile, an MD5 secure link
+//	    per request) as a peer in the same rounds;
 //	(b) redirect: the edge's 302 to a presigned S3 URL (record cached),
 //	    configured as in production (audience hmac_sha256, INFO log), every
 //	    request with its own token (vegeta, a targets file of distinct
@@ -21,7 +22,7 @@
 //	    requests they caused (versitygw access log; the edge's
 //	    caddy_syncular_store_duration_seconds counts for SQLite);
 //	(e)–(h) large segments through the disk tier (large.go): a crowd on a
-//	    64 MiB segment cold and warm against file_server, slow readers,
+//	    64 MiB segment cold and warm against file_server and nginx, slow readers,
 //	    time to first byte of fill followers, the disk tier after a restart.
 //	(i) compress: bytes on the wire per download (identity, gzip, zstd)
 //	    of a 50,000-row SQLite image and rows segment, encode time, and a
@@ -82,11 +83,11 @@ type scenario struct {
 }
 
 var scenarios = []scenario{
-	{"a", "serve 256 KiB from SQLite vs file_server", serveScenario},
+	{"a", "serve 256 KiB from SQLite vs file_server and nginx", serveScenario},
 	{"b", "redirect (hmac_sha256 and template audience, distinct tokens) vs redir", redirectScenario},
 	{"c", "storm: concurrent clients, one segment, proxy mode", stormScenario},
 	{"d", "forged tokens: store requests caused", forgedScenario},
-	{"e", "200 clients, one 64 MiB segment, disk tier cold and warm vs file_server", largeStormScenario},
+	{"e", "200 clients, one 64 MiB segment, disk tier cold and warm vs file_server and nginx", largeStormScenario},
 	{"f", "100 slow readers of a 64 MiB segment: RSS and fds", slowScenario},
 	{"g", "time to first byte of fill followers vs the leader", ttfbScenario},
 	{"h", "restart: the disk tier serves without store reads", restartScenario},
@@ -138,6 +139,11 @@ func run() error {
 	for _, p := range []string{*flagCaddy, *flagPlain, *flagGW, *flagHey, *flagVegeta} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%s missing (run `make bench`, which builds and installs it): %v", p, err)
+		}
+	}
+	if needsNginx(todo) {
+		if _, err := nginxBinary(); err != nil {
+			return err
 		}
 	}
 	sig := make(chan os.Signal, 1)

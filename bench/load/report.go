@@ -112,10 +112,14 @@ func (r *report) pairsMarkdown(w func(string, ...any)) {
 		}
 		w("| %s | %.1f | %.1f | **%.2f×** | %.2f× | %s |\n", p.name, me, mp, mp/me, median(ratios), targetCell(mp/me, p.target))
 	}
+	r.peersMarkdown(w)
 	w("\nRaw rounds (req/s):\n\n")
 	for _, p := range r.pairs {
 		w("- %s: edge %s; plain %s\n", p.id, fmtList(p.edgeRPS, 0), fmtList(p.plainRPS, 0))
 		w("  - server CPU µs/request: edge %s; plain %s\n", fmtList(p.edgeCPU, 1), fmtList(p.plainCPU, 1))
+		if p.peer != nil {
+			w("  - nginx: %s req/s; server CPU µs/request (master and workers) %s\n", fmtList(p.peerRPS, 0), fmtList(p.peerCPU, 1))
+		}
 		if strings.Contains(p.tool, "vegeta") {
 			repeat := "no token was sent twice"
 			if p.maxRequests > *flagTargets {
@@ -125,6 +129,50 @@ func (r *report) pairsMarkdown(w func(string, ...any)) {
 		}
 	}
 	w("\n")
+}
+
+// peersMarkdown is the table of the pairs measured against nginx too.
+func (r *report) peersMarkdown(w func(string, ...any)) {
+	var peers []*pair
+	for _, p := range r.pairs {
+		if p.peer != nil {
+			peers = append(peers, p)
+		}
+	}
+	if len(peers) == 0 {
+		return
+	}
+	w("\n### Against nginx (median of %d rounds)\n\n", *flagRounds)
+	w("nginx (%s) in the same rounds as the edge and plain Caddy (edge, plain, nginx; reversed every other round), same bytes from a file under the same path, `sendfile on`, an MD5 `secure_link` checked per request (%s). Requests/s ratio edge ÷ nginx (higher is better for the edge); CPU ratio edge ÷ nginx (lower is better for the edge; nginx's CPU is its master's and workers').\n\n",
+		nginxVersion(), "`nginx -p <tmp>/ -c <tmp>/nginx.conf -e <tmp>/error.log`, `daemon off`, `worker_processes auto`, `access_log off`, `keepalive_requests 1000000`")
+	w("| measurement | edge req/s | nginx req/s | edge ÷ nginx (of medians) | median of per-round ratios | target | edge µs/req | nginx µs/req | CPU edge ÷ nginx (of medians) | median of per-round ratios |\n|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	for _, p := range peers {
+		me, mn := median(p.edgeRPS), median(p.peerRPS)
+		ce, cn := median(p.edgeCPU), median(p.peerCPU)
+		var rr, cr []float64
+		for j := range min(len(p.edgeRPS), len(p.peerRPS)) {
+			rr = append(rr, p.edgeRPS[j]/p.peerRPS[j])
+			if p.peerCPU[j] > 0 {
+				cr = append(cr, p.edgeCPU[j]/p.peerCPU[j])
+			}
+		}
+		w("| %s | %.0f | %.0f | **%.2f×** | %.2f× | %s | %.1f | %.1f | **%.2f×** | %.2f× |\n",
+			p.name, me, mn, me/mn, median(rr), targetCell(me/mn, p.peerTarget), ce, cn, ce/cn, median(cr))
+	}
+}
+
+// nginxVersion is "nginx/1.22.1" or the like.
+func nginxVersion() string {
+	bin, err := nginxBinary()
+	if err != nil {
+		return "nginx"
+	}
+	out, _ := exec.Command(bin, "-v").CombinedOutput()
+	v := strings.TrimSpace(string(out))
+	if _, after, ok := strings.Cut(v, "version: "); ok {
+		v = after
+	}
+	return "`" + v + "`"
 }
 
 func median(xs []float64) float64 {

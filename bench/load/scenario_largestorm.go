@@ -11,10 +11,14 @@ import (
 // disk directory) answers the crowd cold (its clients trigger the fill),
 // then warm (the segment on disk); file_server answers the same crowd.
 type largeRound struct {
-	cold, warm, plain    *crowd
-	coldReads, warmReads int
-	rssIdle, rssPeak     int64 // KiB
-	coldRatio, warmRatio float64
+	cold, warm, plain *crowd
+	nginx             *crowd
+	// server CPU per answered client, ms: the edge cold and warm,
+	// file_server, nginx (master and workers)
+	cpuCold, cpuWarm, cpuPlain, cpuNginx float64
+	coldReads, warmReads                 int
+	rssIdle, rssPeak                     int64 // KiB
+	coldRatio, warmRatio                 float64
 }
 
 type largeStormResult struct {
@@ -49,19 +53,34 @@ http://127.0.0.1:%d {
 	plainURL := func(i int) string {
 		return segURL(plainPort, l.id, e.token(l.id, time.Now().Add(time.Hour+time.Duration(i)*time.Second)))
 	}
+	ngx, err := e.startNginx("large-nginx", l.www)
+	if err != nil {
+		return err
+	}
+	defer ngx.stop()
+	if err := checkNginx(ngx, l.id, plainURL(0)); err != nil {
+		return err
+	}
+	ngxURL := func(i int) string { return ngx.url(l.id, time.Now().Add(time.Hour+time.Duration(i)*time.Second)) }
+	plainCPU := func() (float64, error) { return procCPU(plain.pid()) }
 	var results []*largeStormResult
 	for _, b := range largeBackends {
 		res := &largeStormResult{backend: b}
 		for r := range *flagLargeRounds {
 			rd := &largeRound{}
 			runPlain := func() error {
-				c, err := runCrowd(*flagClients, plainURL, l.bytes, 0, 0, nil)
-				rd.plain = c
-				return err
+				var err error
+				if rd.plain, rd.cpuPlain, err = cpuCrowd(plainCPU, plainURL, l.bytes); err != nil {
+					return fmt.Errorf("file_server: %w", err)
+				}
+				if rd.nginx, rd.cpuNginx, err = cpuCrowd(ngx.cpu, ngxURL, l.bytes); err != nil {
+					return fmt.Errorf("nginx: %w", err)
+				}
+				return nil
 			}
 			if r%2 == 0 {
 				if err := runPlain(); err != nil {
-					return fmt.Errorf("file_server: %w", err)
+					return err
 				}
 			}
 			name := fmt.Sprintf("large-%s-%d", b, r)
@@ -71,11 +90,12 @@ http://127.0.0.1:%d {
 			}
 			rd.rssIdle, _ = procStatus(edge.pid(), "VmRSS")
 			reads0 := edge.storeReads()
-			if rd.cold, err = runCrowd(*flagClients, edge.url, l.bytes, 0, 0, nil); err != nil {
+			edgeCPU := func() (float64, error) { return procCPU(edge.pid()) }
+			if rd.cold, rd.cpuCold, err = cpuCrowd(edgeCPU, edge.url, l.bytes); err != nil {
 				return fmt.Errorf("%s cold: %w", name, err)
 			}
 			reads1 := edge.storeReads()
-			if rd.warm, err = runCrowd(*flagClients, edge.url, l.bytes, 0, 0, nil); err != nil {
+			if rd.warm, rd.cpuWarm, err = cpuCrowd(edgeCPU, edge.url, l.bytes); err != nil {
 				return fmt.Errorf("%s warm: %w", name, err)
 			}
 			rd.coldReads, rd.warmReads = reads1-reads0, edge.storeReads()-reads1
@@ -87,21 +107,54 @@ http://127.0.0.1:%d {
 			edge.stop()
 			if r%2 == 1 {
 				if err := runPlain(); err != nil {
-					return fmt.Errorf("file_server: %w", err)
+					return err
 				}
 			}
 			rd.coldRatio = rd.plain.took.Seconds() / rd.cold.took.Seconds()
 			rd.warmRatio = rd.plain.took.Seconds() / rd.warm.took.Seconds()
-			log.Printf("(e) %s round %d: plain %s (%d ok), cold %s (%d ok, %d store reads), warm %s (%d ok, %d store reads), RSS idle %.1f MiB peak %.1f MiB (first errors: %v / %v / %v)",
-				b, r+1, rd.plain.took.Round(time.Millisecond), rd.plain.ok, rd.cold.took.Round(time.Millisecond), rd.cold.ok, rd.coldReads,
+			log.Printf("(e) %s round %d: plain %s (%d ok), nginx %s (%d ok), cold %s (%d ok, %d store reads), warm %s (%d ok, %d store reads), RSS idle %.1f MiB peak %.1f MiB (first errors: %v / %v / %v / %v)",
+				b, r+1, rd.plain.took.Round(time.Millisecond), rd.plain.ok, rd.nginx.took.Round(time.Millisecond), rd.nginx.ok,
+				rd.cold.took.Round(time.Millisecond), rd.cold.ok, rd.coldReads,
 				rd.warm.took.Round(time.Millisecond), rd.warm.ok, rd.warmReads, mib(rd.rssIdle), mib(rd.rssPeak),
-				rd.plain.firstErr, rd.cold.firstErr, rd.warm.firstErr)
+				rd.plain.firstErr, rd.nginx.firstErr, rd.cold.firstErr, rd.warm.firstErr)
+			log.Printf("(e) %s round %d: server CPU per answer: cold %.1f ms, warm %.1f ms, file_server %.1f ms, nginx %.1f ms",
+				b, r+1, rd.cpuCold, rd.cpuWarm, rd.cpuPlain, rd.cpuNginx)
 			res.rounds = append(res.rounds, rd)
 		}
 		results = append(results, res)
 	}
 	rep.addSection(func(w func(string, ...any)) { largeStormMarkdown(w, results) })
 	return nil
+}
+
+// cpuCrowd is runCrowd of *flagClients clients on urlOf, and the
+// server's CPU time (cpu) per answered client, in ms.
+func cpuCrowd(cpu func() (float64, error), urlOf func(int) string, want []byte) (*crowd, float64, error) {
+	c0, err := cpu()
+	if err != nil {
+		return nil, 0, err
+	}
+	c, err := runCrowd(*flagClients, urlOf, want, 0, 0, nil)
+	if err != nil {
+		return c, 0, err
+	}
+	c1, err := cpu()
+	if err != nil {
+		return c, 0, err
+	}
+	per := 0.0
+	if c.ok > 0 {
+		per = (c1 - c0) / float64(c.ok) * 1e3
+	}
+	return c, per, nil
+}
+
+// rps is the crowd's answered clients per second of its wall time.
+func (c *crowd) rps() float64 {
+	if c.took <= 0 {
+		return 0
+	}
+	return float64(c.ok) / c.took.Seconds()
 }
 
 func largeStormMarkdown(w func(string, ...any), results []*largeStormResult) {
@@ -147,4 +200,34 @@ func largeStormMarkdown(w func(string, ...any), results []*largeStormResult) {
 		}
 	}
 	w("\nTarget: all clients right in every run, exactly one store read of the bytes per cold run and none warm.\n\n")
+	largePeerMarkdown(w, results)
+}
+
+// largePeerMarkdown is (e)'s comparison of warm disk hits with nginx and
+// file_server: answers per second of each crowd's wall time and the
+// server's CPU per 64 MiB answer.
+func largePeerMarkdown(w func(string, ...any), results []*largeStormResult) {
+	w("### (e) warm disk hits against nginx and file_server\n\n")
+	w("The same rounds: nginx (%s, `sendfile on`, an MD5 `secure_link` per request, each client its own link) answers the same crowd for the same file right after `file_server`. Requests/s = clients answered ÷ the crowd's wall time (on loopback the clients' own copy and byte check bound it); server CPU per answer = the server's CPU time (user + system; nginx's master and workers) over the crowd ÷ clients answered. Targets: edge warm CPU per answer ≤ 1.15× nginx's, requests/s within the rounds' spread of nginx's.\n\n", nginxVersion())
+	w("| backend | req/s warm edge / nginx / file_server (medians) | edge ÷ nginx req/s (median of rounds; rounds) | CPU ms per answer warm edge / cold edge / nginx / file_server (medians) | CPU edge warm ÷ nginx (median of rounds; rounds) | CPU edge warm ÷ file_server (median of rounds) |\n|---|---|---|---|---|---|\n")
+	for _, res := range results {
+		var rw, rn, rp, rr, cw, cc, cn, cp, cr, cf []float64
+		for _, rd := range res.rounds {
+			rw, rn, rp = append(rw, rd.warm.rps()), append(rn, rd.nginx.rps()), append(rp, rd.plain.rps())
+			if rd.nginx.rps() > 0 {
+				rr = append(rr, rd.warm.rps()/rd.nginx.rps())
+			}
+			cw, cc, cn, cp = append(cw, rd.cpuWarm), append(cc, rd.cpuCold), append(cn, rd.cpuNginx), append(cp, rd.cpuPlain)
+			if rd.cpuNginx > 0 {
+				cr = append(cr, rd.cpuWarm/rd.cpuNginx)
+			}
+			if rd.cpuPlain > 0 {
+				cf = append(cf, rd.cpuWarm/rd.cpuPlain)
+			}
+		}
+		w("| %s | %.1f / %.1f / %.1f | **%.2f×** (%s) | %.1f / %.1f / %.1f / %.1f | **%.2f×** (target ≤ 1.15×: %s; %s) | %.2f× |\n",
+			backendName(res.backend), median(rw), median(rn), median(rp), median(rr), fmtList(rr, 2),
+			median(cw), median(cc), median(cn), median(cp), median(cr), verdict(median(cr) <= 1.15), fmtList(cr, 2), median(cf))
+	}
+	w("\n")
 }

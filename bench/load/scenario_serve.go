@@ -12,7 +12,8 @@ import (
 
 // serveScenario is (a): the edge serving the 256 KiB SQLite segment (warm
 // cache) against file_server serving the same bytes from disk under the
-// same path and query, one URL each, loaded with hey.
+// same path and query, and nginx serving them with sendfile behind an MD5
+// secure link, one URL each, loaded with hey.
 func serveScenario(e *env, rep *report) error {
 	edgeAdmin, plainAdmin := freePort(), freePort()
 	pEdge, pPlain := freePort(), freePort()
@@ -41,6 +42,14 @@ http://127.0.0.1:%d {
 	if err := sameBody(edgeURL, plainURL); err != nil {
 		return err
 	}
+	ngx, err := e.startNginx("serve-nginx", e.www)
+	if err != nil {
+		return err
+	}
+	if err := checkNginx(ngx, e.serveID, edgeURL); err != nil {
+		return err
+	}
+	ngxURL := ngx.url(e.serveID, time.Now().Add(time.Hour))
 	p := &pair{
 		id:     "a",
 		name:   "(a) serve 256 KiB: edge (SQLite, warm cache) / file_server",
@@ -49,6 +58,9 @@ http://127.0.0.1:%d {
 		tool:   "`" + strings.Join(append([]string{*flagHey}, heyArgs(*flagDur, "<url>")...), " ") + "` (one URL, one token)",
 		edge:   side{proc: edge, admin: edgeAdmin, load: heyLoad(edgeURL)},
 		plain:  side{proc: plain, load: heyLoad(plainURL)},
+		peer:   &side{proc: ngx.proc, load: heyLoad(ngxURL), cpu: ngx.cpu},
+		// the memory-tier hit at least as fast as nginx sending the file
+		peerTarget: 1.0,
 	}
 	rep.pairs = append(rep.pairs, p)
 	return abba([]*pair{p}, *flagRounds)
