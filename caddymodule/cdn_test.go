@@ -311,6 +311,7 @@ func TestCDNProvisionErrors(t *testing.T) {
 		{"sqlite store", func(h *Handler, c *CloudFrontConfig) {
 			h.Delivery = DeliveryServe
 			h.Store = &StoreConfig{Backend: "sqlite", Path: "/nonexistent.db"}
+			h.VerifyStoreOnStart = nil // an s3-only setting, refused with sqlite
 		}, "cdn needs an s3 store"},
 		{"no key", func(h *Handler, c *CloudFrontConfig) { c.PrivateKey = "" }, "private_key is required"},
 		{"literal key", func(h *Handler, c *CloudFrontConfig) { c.PrivateKey = string(goodPEM) }, "write private_key as {file./path/to/key.pem} or {env.NAME}"},

@@ -69,6 +69,8 @@ var (
 	issueWord    = regexp.MustCompile(`(?i)\bissues?\s+#?\d+`)
 	issueHash    = regexp.MustCompile(`(?:^|[\s(\[,;])#\d+\b`)
 	spaceRunning = regexp.MustCompile(`\s+`)
+	// Standards numbered with a hash (PKCS #1, PKCS #8) are not issues.
+	standardHash = regexp.MustCompile(`\bPKCS\s*#\d+`)
 )
 
 // CheckText applies the rules to one comment's text (its lines joined)
@@ -85,7 +87,7 @@ func CheckText(text string, sections map[string]bool) []string {
 	}
 	if m := issueWord.FindString(text); m != "" {
 		out = append(out, fmt.Sprintf("cites an issue number (%q): say what the code does and why instead", m))
-	} else if m := issueHash.FindString(text); m != "" {
+	} else if m := issueHash.FindString(standardHash.ReplaceAllString(text, "PKCS")); m != "" {
 		out = append(out, fmt.Sprintf("cites an issue number (%q): say what the code does and why instead", strings.TrimSpace(m)))
 	}
 	refs := sectionRef.FindAllStringSubmatchIndex(text, -1)

@@ -58,6 +58,8 @@ func TestCheckText(t *testing.T) {
 		{"No double compression (SPEC §5.8)", nil},
 		{"rotation (issue-free text, see the 5th case)", nil},
 		{"upstream golang/go#75804 is fixed in Go 1.27", nil},
+		{"RSA 2048 (PKCS #1 or PKCS #8) and ECDSA", nil},
+		{"PKCS #8, as issue #8 said", []string{"issue number"}},
 		{"the catalog (protocol §7)", []string{"§7"}},
 		{"see §5.3 for the layouts", []string{"§5.3"}},
 		{"the catalog (PROTOCOL.md §6)", []string{`"PROTOCOL.md"`}},
