@@ -473,7 +473,7 @@ func TestCachedCorruptBackoff(t *testing.T) {
 			step(29*time.Second, "backoff", 1)
 			step(time.Second, "corrupt", 2) // 30 s: read again, still bad
 			step(59*time.Second, "backoff", 2)
-			step(time.Second, "corrupt", 3)    // 60 s
+			step(time.Second, "corrupt", 3)     // 60 s
 			step(100*time.Second, "corrupt", 4) // 120 s capped at 100 s
 			step(99*time.Second, "backoff", 4)
 			cs.mu.Lock()
