@@ -1,9 +1,14 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +20,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -228,5 +234,60 @@ func TestUnmarshalGrace(t *testing.T) {
 	h = &Handler{Grace: &neg}
 	if err := h.setDefaults(); err == nil {
 		t.Fatal("negative grace in JSON accepted")
+	}
+}
+
+// TestReloadDuringOutageLeavesNoProbe: with the SQLite file gone, a
+// handler's breaker opens and its probe runs; a reload (a second handler on
+// the same, shared handle, then the first one's Cleanup) ends the first
+// probe, and the last Cleanup the second: no goroutine outlives its config.
+func TestReloadDuringOutageLeavesNoProbe(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "sync.db")
+	w, err := seed.Create(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	before := runtime.NumGoroutine()
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	off := "off"
+	mk := func() *Handler {
+		h := &Handler{Keys: []string{strongKey}, Audience: &AudienceConfig{Kind: "template", Template: "{partition}"},
+			Store: &StoreConfig{Backend: "sqlite", Path: db}, Cache: &CacheConfig{Disk: off}}
+		if err := h.Provision(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	old := mk()
+	if err := os.Rename(db, db+".away"); err != nil {
+		t.Fatal(err)
+	}
+	trip := func(h *Handler) {
+		t.Helper()
+		for i := range store.DefaultBreakerFailures {
+			h.store.Lookup(context.Background(), fmt.Sprintf("sha256:%064x", i+1))
+		}
+		if !h.store.(*store.Cached).BreakerOpen() {
+			t.Fatal("breaker closed with the file gone")
+		}
+	}
+	trip(old)
+	neu := mk() // the pooled handle is shared: provision succeeds
+	trip(neu)
+	if err := old.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := neu.Cleanup(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("%d goroutines after both cleanups, %d before", n, before)
 	}
 }
