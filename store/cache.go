@@ -39,9 +39,11 @@ type CacheOptions struct {
 	// the read that fetched it began. Publication expiry (expiresAtMs) is
 	// not affected: the grant is evaluated per request with the request's
 	// clock against the cached record. A caller about to refuse on a
-	// record calls Revalidate, so the delay only ever errs on the granting
-	// side. 0: every Lookup reads the store (concurrent ones still share
-	// one read).
+	// record calls Revalidate, so the delay errs on the granting side,
+	// except that a refusal decided on a fresh read is remembered for
+	// min(RefusalWindow, RecordTTL) (RefusedRecently): a re-published
+	// segment is then refused for at most that long. 0: every Lookup
+	// reads the store (concurrent ones still share one read).
 	RecordTTL time.Duration
 	// MaxRecords bounds the record cache (least recently used evicted
 	// first). The entries also tell Open a segment's length, which the
@@ -311,8 +313,9 @@ func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, Rec
 // through late only in the permissive direction (a deleted or shortened
 // grant seen for up to RecordTTL), never refuse on a stale record (a
 // re-published or extended segment is seen at once). Refusals cost a
-// store read each (coalesced), as without the cache. ok is false when rec
-// is already fresh (nothing was read) or the read failed (err).
+// store read each (coalesced), unless the caller skips Revalidate for a
+// refusal RefusedRecently remembers. ok is false when rec is already fresh
+// (nothing was read) or the read failed (err).
 func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error) {
 	if !c.records.stale(segmentID, rec) {
 		return nil, false, nil
