@@ -407,6 +407,9 @@ func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64)
 	if err := c.backingOff(segmentID); err != nil {
 		return nil, TierStore, false, err
 	}
+	if err := c.guard(); err != nil {
+		return nil, TierStore, false, err // no shared call to set up: the store is not read
+	}
 	c.byteMisses.Add(1)
 	b, joined, err := c.fills.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
 		return c.fill(sctx, segmentID, size)
