@@ -43,7 +43,8 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 			// A fill that fails on the disk hands its readers over
 			// to the store, verified to the end (disk/handoff.go).
 			h.SetReopen(func(ctx context.Context, at int64) (io.ReadCloser, error) {
-				return c.inner.Open(ctx, segmentID, at, -1)
+				rc, _, err := c.openInner(ctx, segmentID, at, -1) // behind the breaker
+				return rc, err
 			})
 			r, err := h.Reader(ctx, min(off, size), n)
 			if err != nil {
