@@ -77,7 +77,7 @@ func moduleCollectors() *collectors {
 			}, []string{"server", "coding"}),
 			grace: prometheus.NewCounterVec(prometheus.CounterOpts{
 				Namespace: ns, Subsystem: sub, Name: "grace_requests_total",
-				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but the edge does not hold the bytes: 503), refused (the record refuses the token).",
+				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but not served: the edge does not hold the bytes, or has no capacity now: 503), refused (the record refuses the token).",
 			}, []string{"server", "result"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
 			disks:  newDiskCollector(ns + "_" + sub + "_"),
@@ -215,7 +215,7 @@ func (m *handlerMetrics) graceRequest(outcome string) {
 	switch outcome {
 	case outcomeGranted, outcomeNotModified:
 		m.grace[graceServed].Inc()
-	case errStoreDown.code, errStoreTimeout.code:
+	case errStoreDown.code, errStoreTimeout.code, errOverloaded.code:
 		m.grace[graceUnavailable].Inc()
 	default:
 		m.grace[graceRefused].Inc()
