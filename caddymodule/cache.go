@@ -30,8 +30,10 @@ type CacheConfig struct {
 	// This is the staleness allowed: a record deleted from the store, a
 	// publication removed or a logEpoch rotated can still be granted for
 	// up to record_ttl. Publication and token expiry stay exact (checked
-	// per request), and a refusal is always decided on a fresh read.
-	// Default: 2s. 0: every request reads the record.
+	// per request), and a refusal is decided on a fresh read: a refusal
+	// decided so is remembered for 1s at most (never longer than
+	// record_ttl), so a segment re-published meanwhile is granted within
+	// that second. Default: 2s. 0: every request reads the record.
 	RecordTTL *caddy.Duration `json:"record_ttl,omitempty"`
 
 	// Most records kept (least recently used evicted first). The bytes

@@ -208,28 +208,38 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 	}
 }
 
-// TestRefusalRevalidates: a refusal is never decided on a cached record. A
-// segment re-published with a later expiry is granted at once, while the
-// granted path keeps answering from the cache.
+// TestRefusalRevalidates: a refusal is never decided on a stale cached
+// record: one decided on a fresh read is remembered for the refusal window
+// (1s, at most record_ttl) and then re-read, so a segment re-published with
+// a later expiry is granted within that window, while the granted path
+// keeps answering from the cache.
 func TestRefusalRevalidates(t *testing.T) {
 	fs := newFakeStore()
 	body := []byte("republished segment")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(-time.Minute))) // expired
-	h := newTestHandler(t, nil, nil)
+	now := testNow
+	h := newTestHandler(t, nil, func(h *Handler) { h.now = func() time.Time { return now } })
 	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 
 	rec, _ := serve(t, h, http.MethodGet, target, nil)
 	wantError(t, rec, http.StatusNotFound, "sync.segment_expired")
+	rec, _ = serve(t, h, http.MethodGet, target, nil) // remembered: no re-read
+	wantError(t, rec, http.StatusNotFound, "sync.segment_expired")
+	if l, _ := fs.counts(); l != 1 {
+		t.Fatalf("%d lookups, want 1 (a miss; the repeated refusal is remembered)", l)
+	}
+	now = now.Add(store.RefusalWindow)
 	rec, _ = serve(t, h, http.MethodGet, target, nil) // cached record, refusal re-read
 	wantError(t, rec, http.StatusNotFound, "sync.segment_expired")
 	if l, _ := fs.counts(); l != 2 {
-		t.Fatalf("%d lookups, want 2 (a miss, then a revalidation)", l)
+		t.Fatalf("%d lookups, want 2 (a miss, then a revalidation past the window)", l)
 	}
 	fs.mu.Lock()
 	fs.recs[id] = &store.Record{SegmentID: id, ByteLength: int64(len(body)), MediaType: store.MediaRows,
 		Publications: []store.Publication{pub("p1", digestA, testNow.Add(time.Hour))}}
 	fs.mu.Unlock()
+	now = now.Add(store.RefusalWindow)
 	rec, _ = serve(t, h, http.MethodGet, target, nil)
 	if rec.Code != http.StatusOK || rec.Body.String() != string(body) {
 		t.Fatalf("re-published segment: %d %s", rec.Code, rec.Body.String())

@@ -52,6 +52,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        origin_path <path>                         # optional, e.g. /segments: put before the object key
 //	    }
 //	    store_timeout    <duration>                    # default 5s; must be positive
+//	    grace            <duration>                    # default 5m: records keep deciding grants while the store cannot be read; 0 turns it off
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
 //	    verify_store_on_start true|false               # default true: unreachable s3 bucket fails the config; s3 only
@@ -109,6 +110,14 @@ var subdirectives = map[string]func(h *Handler, d *caddyfile.Dispenser) error{
 	"presign_ttl": func(h *Handler, d *caddyfile.Dispenser) (err error) {
 		h.PresignTTL, err = parseDuration(d, true)
 		return err
+	},
+	"grace": func(h *Handler, d *caddyfile.Dispenser) error {
+		dur, err := parseDuration(d, false)
+		if err != nil {
+			return err
+		}
+		h.Grace = &dur // explicit: 0 turns it off, not the default
+		return nil
 	},
 	"store_timeout": func(h *Handler, d *caddyfile.Dispenser) (err error) {
 		h.StoreTimeout, err = parseDuration(d, true)

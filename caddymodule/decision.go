@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/syncular/caddy-syncular/store"
 )
 
 // decision is the one record of what a request's handling found out. Each
@@ -23,6 +25,7 @@ type decision struct {
 	aud      string // the token's audience (logged only as aud_hash)
 	delivery string // how the bytes went: serve, redirect, proxy, stream_legacy
 	legacy   bool   // a redirect handler streamed it (legacy record header)
+	grace    bool   // decided on a record kept through a store outage
 	lookup   time.Duration
 	open     time.Duration
 	presign  time.Duration
@@ -71,7 +74,15 @@ func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, d *decision
 		// The client left; nobody reads the answer.
 		msg = "request canceled"
 	}
-	h.logger.Warn("segment store fault", zap.String("segment_id", d.segID), zap.String("op", op), zap.Error(err))
+	// A breaker open or a corrupt segment backing off is logged once, when
+	// it starts (store.go, disktier.go), not on every request it answers.
+	lvl := zapcore.WarnLevel
+	if errors.Is(err, store.ErrStoreDown) || errors.Is(err, store.ErrCorruptBackoff) {
+		lvl = zapcore.DebugLevel
+	}
+	if c := h.logger.Check(lvl, "segment store fault"); c != nil {
+		c.Write(zap.String("segment_id", d.segID), zap.String("op", op), zap.Error(err))
+	}
 	d.refuse(w, e, msg)
 }
 
@@ -87,6 +98,9 @@ func (h *Handler) finish(d *decision) {
 		h.metrics.leaveDelivery()
 	}
 	h.metrics.via(d.legacy).request(d.outcome)
+	if d.grace {
+		h.metrics.graceRequest(d.outcome)
+	}
 	c := h.logger.Check(zapcore.DebugLevel, "segment decision")
 	if c == nil {
 		return
@@ -105,5 +119,5 @@ func (h *Handler) finish(d *decision) {
 	storeMs := float64(d.lookup+d.open+d.presign) / float64(time.Millisecond)
 	c.Write(zap.String("segment_id", d.segID), zap.String("outcome", d.outcome), zap.String("reason", d.reason),
 		zap.String("key_slot", slotLabel(d.slot)), zap.String("delivery", delivery),
-		zap.Float64("store_ms", storeMs), zap.String("aud_hash", aud))
+		zap.Float64("store_ms", storeMs), zap.String("aud_hash", aud), zap.Bool("grace", d.grace))
 }

@@ -29,6 +29,7 @@ const (
 	defaultLegacyHeaders  = legacyHeadersStream         // legacy_headers
 	defaultPathStyle      = true                        // store s3 path_style
 	defaultVerifyStore    = true                        // verify_store_on_start
+	defaultGrace          = store.DefaultGrace          // grace: 5m
 )
 
 // Values of Handler.Untokened.
@@ -71,6 +72,10 @@ func (h *Handler) setDefaults() error {
 	if h.Skew != nil {
 		h.skew = time.Duration(*h.Skew)
 	}
+	h.grace = defaultGrace
+	if h.Grace != nil {
+		h.grace = time.Duration(*h.Grace)
+	}
 	if h.PresignTTL == 0 {
 		h.PresignTTL = caddy.Duration(defaultPresignTTL)
 	}
@@ -90,8 +95,8 @@ func (h *Handler) setDefaults() error {
 		}
 		h.Delivery = defaultDelivery(backend)
 	}
-	if h.skew < 0 || h.PresignTTL < 0 || h.StoreTimeout < 0 || h.MaxTokenLength < 0 {
-		return errors.New("syncular_segments: skew, presign_ttl, store_timeout and max_token_length must not be negative")
+	if h.skew < 0 || h.grace < 0 || h.PresignTTL < 0 || h.StoreTimeout < 0 || h.MaxTokenLength < 0 {
+		return errors.New("syncular_segments: skew, grace, presign_ttl, store_timeout and max_token_length must not be negative")
 	}
 	return nil
 }

@@ -37,6 +37,12 @@ func codingsText(cs []compress.Coding) string {
 // says what happens when it is absent (a default, or that it is required).
 func TestDocsStateDefaults(t *testing.T) {
 	secs := func(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) + "s" }
+	mins := func(d time.Duration) string {
+		if d%time.Minute != 0 {
+			t.Fatalf("%v is not whole minutes", d)
+		}
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
 	iec := func(n int) string {
 		if n%(1<<20) != 0 {
 			t.Fatalf("%d is not whole MiB", n)
@@ -49,6 +55,7 @@ func TestDocsStateDefaults(t *testing.T) {
 		{"Skew", "skew", secs(defaultSkew), secs(defaultSkew)},
 		{"PresignTTL", "presign_ttl", secs(defaultPresignTTL), secs(defaultPresignTTL)},
 		{"StoreTimeout", "store_timeout", secs(defaultStoreTimeout), secs(defaultStoreTimeout)},
+		{"Grace", "grace", mins(defaultGrace), mins(defaultGrace)},
 		{"MaxTokenLength", "max_token_length", strconv.Itoa(defaultMaxTokenLength), strconv.Itoa(defaultMaxTokenLength)},
 		{"Untokened", "untokened", strconv.Quote(defaultUntokened), defaultUntokened},
 		{"LegacyHeaders", "legacy_headers", strconv.Quote(defaultLegacyHeaders), defaultLegacyHeaders},

@@ -102,9 +102,17 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 		lp := new(atomic.Pointer[zap.Logger])
 		lp.Store(h.logger)
 		c, err := disk.New(disk.Options{Dir: abs, MaxBytes: maxBytes, Warn: func(msg string, err error) {
-			if l := lp.Load(); l != nil {
-				l.Warn(msg, zap.String("dir", abs), zap.Error(err))
+			l := lp.Load()
+			if l == nil {
+				return
 			}
+			if errors.Is(err, store.ErrStoreDown) {
+				// A fill refused by the store's open breaker: the
+				// breaker's own warning says it once.
+				l.Debug(msg, zap.String("dir", abs), zap.Error(err))
+				return
+			}
+			l.Warn(msg, zap.String("dir", abs), zap.Error(err))
 		}})
 		if err != nil {
 			return nil, err

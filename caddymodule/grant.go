@@ -33,13 +33,15 @@ func (g grant) etag() string { return `"` + g.segID + `"` }
 // authorize decides the grant (protocol §4) for a verified token: it reads
 // the segment's record and asks store.Grant, once. A refusal is decided on
 // a fresh record only: when the record may have come from the cache, it is
-// re-read and the grant asked again. On refusal the answer is written and
-// ok is false.
+// re-read and the grant asked again, unless the same refusal was decided
+// on a fresh read of this record within the refusal window (recheck). While
+// the store cannot be read, a record read within grace decides (d.grace),
+// refusals included. On refusal the answer is written and ok is false.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *token.Claims, now time.Time) (g grant, ok bool) {
 	ctx, cancel := h.lookupContext(r.Context())
 	start := time.Now()
 	d.tr.lookupAt = start
-	rec, err := h.lookupRecord(ctx, segID, d) // tracing.go
+	rec, err := h.lookupRecord(ctx, segID, d) // tracing.go (d.grace: a grace record)
 	d.lookup = time.Since(start)
 	cancel()
 	h.metrics.storeOp(opLookup, d.lookup)
@@ -54,11 +56,10 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 
 	nowMs := now.UnixMilli()
 	res := store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
-	if res.Outcome != store.Granted {
-		if fresh, ok := h.revalidate(r.Context(), segID, rec); ok {
-			rec = fresh
-			res = store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
-		}
+	if res.Outcome != store.Granted && !d.grace {
+		// A grace record was served because the store just failed:
+		// re-reading it now would only wait on the store again.
+		rec, res = h.recheck(r.Context(), segID, rec, res, claims, nowMs)
 	}
 	if res.Outcome != store.Granted {
 		e, msg := grantRefusal(res)
@@ -108,20 +109,34 @@ func tokenEndMs(exp float64, skew time.Duration) int64 {
 	return int64(math.Floor(end))
 }
 
-// revalidate returns a fresh record of segID when rec may have come from
-// the record cache, so that a refusal is never decided on a stale record
-// (a segment re-published with a later expiry, or a new publication, is
-// granted at once). ok is false when rec is already fresh, or when the
-// store cannot be read now (the decision then stands on rec).
-func (h *Handler) revalidate(ctx context.Context, segID string, rec *store.Record) (*store.Record, bool) {
+// recheck decides a refusal res of rec on a fresh record: when rec may
+// have come from the record cache it is re-read and the grant asked again,
+// so that a segment re-published with a later expiry, or a new
+// publication, is granted as soon as the refusal memo lets it be: a
+// refusal for the same reason decided on a fresh read of this very record
+// less than the refusal window ago (1s, at most record_ttl) stands without
+// a read, so a repeated refused request costs no store read each. A
+// refusal decided on a fresh record is remembered; one decided on rec
+// because the store cannot be read now is not.
+func (h *Handler) recheck(ctx context.Context, segID string, rec *store.Record, res store.GrantResult, claims *token.Claims, nowMs int64) (*store.Record, store.GrantResult) {
+	if h.memo != nil && h.memo.RefusedRecently(segID, rec, res.Reason) {
+		return rec, res
+	}
 	if h.reval == nil {
-		return rec, false
+		return rec, res
 	}
 	fresh, ok, err := h.reval.Revalidate(ctx, segID, rec)
-	if err != nil || !ok || fresh == nil {
-		return rec, false
+	if err != nil {
+		return rec, res // the decision stands on rec, unremembered
 	}
-	return fresh, true
+	if ok && fresh != nil {
+		rec = fresh
+		res = store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
+	}
+	if res.Outcome != store.Granted && h.memo != nil {
+		h.memo.RememberRefusal(segID, rec, res.Reason)
+	}
+	return rec, res
 }
 
 // lookupContext bounds a record lookup by store_timeout. Through the cache

@@ -32,6 +32,7 @@ type collectors struct {
 	storeDuration *prometheus.HistogramVec // {server, backend, op}
 	verifications *prometheus.CounterVec   // {server, slot}
 	codedBytes    *prometheus.CounterVec   // {server, coding}
+	grace         *prometheus.CounterVec   // {server, result}
 
 	caches *cacheCollector
 	disks  *diskCollector   // disktier.go
@@ -74,6 +75,10 @@ func moduleCollectors() *collectors {
 				Namespace: ns, Subsystem: sub, Name: "coded_bytes_served_total",
 				Help: "Segment body bytes written by the edge, by content coding (identity, gzip, zstd): the bytes on the wire of bytes_served_total.",
 			}, []string{"server", "coding"}),
+			grace: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "grace_requests_total",
+				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but not served: the edge does not hold the bytes, or has no capacity now: 503), refused (the record refuses the token).",
+			}, []string{"server", "result"}),
 			caches: newCacheCollector(ns + "_" + sub + "_"),
 			disks:  newDiskCollector(ns + "_" + sub + "_"),
 			storm:  newStormCollectors(ns, sub),
@@ -85,7 +90,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return append([]prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.caches, c.disks,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.caches, c.disks,
 	}, c.storm.all()...)
 }
 
@@ -126,6 +131,7 @@ type handlerMetrics struct {
 	slots    []prometheus.Counter  // index: key slot (0-based)
 	coded    [3]prometheus.Counter // index: compress.Coding
 	noSlot   prometheus.Counter
+	grace    [3]prometheus.Counter // index: graceServed, graceUnavailable, graceRefused
 	// legacy counts requests a redirect handler streamed because the
 	// object carries a legacy record header (delivery="stream_legacy");
 	// nil when the handler never does.
@@ -147,6 +153,9 @@ func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int
 	}
 	for _, o := range knownOutcomes {
 		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
+	}
+	for i, r := range graceResults {
+		m.grace[i] = c.grace.WithLabelValues(server, r)
 	}
 	for _, k := range []compress.Coding{compress.Identity, compress.Gzip, compress.Zstd} {
 		m.coded[k] = c.codedBytes.WithLabelValues(server, k.String())
@@ -187,6 +196,30 @@ func (m *handlerMetrics) request(outcome string) {
 		return
 	}
 	m.c.requests.WithLabelValues(m.server, outcome, m.delivery).Inc()
+}
+
+// The result label of caddy_syncular_grace_requests_total.
+const (
+	graceServed = iota
+	graceUnavailable
+	graceRefused
+)
+
+var graceResults = [3]string{"served", "unavailable", "refused"}
+
+// graceRequest counts a request decided on a grace record, by its outcome.
+func (m *handlerMetrics) graceRequest(outcome string) {
+	if m == nil {
+		return
+	}
+	switch outcome {
+	case outcomeGranted, outcomeNotModified:
+		m.grace[graceServed].Inc()
+	case errStoreDown.code, errStoreTimeout.code, errOverloaded.code:
+		m.grace[graceUnavailable].Inc()
+	default:
+		m.grace[graceRefused].Inc()
+	}
 }
 
 // verification counts a token check by the slot of the key that matched.
@@ -253,6 +286,8 @@ type cacheStatser interface{ Stats() store.CacheStats }
 type cacheCollector struct {
 	hits, misses, passThrough, bytes, records *prometheus.Desc
 	evictions, coalesced, variants            *prometheus.Desc
+	breakerOpen, breakerTrips, fastFailures   *prometheus.Desc
+	corruptBackoffs                           *prometheus.Desc
 
 	mu     sync.Mutex
 	caches map[cacheStatser]int
@@ -261,7 +296,7 @@ type cacheCollector struct {
 func newCacheCollector(prefix string) *cacheCollector {
 	return &cacheCollector{
 		hits: prometheus.NewDesc(prefix+"cache_hits_total",
-			"Segment cache answers from memory, by cache (record: Lookup within the record TTL; bytes: segment bytes).", []string{"cache"}, nil),
+			"Segment cache answers from memory, by cache (record: Lookup within the record TTL; bytes: segment bytes; grace: a record past the TTL, read within grace, while the store cannot be read; refusal: a refusal decided on a fresh read less than 1s ago, at most record_ttl, answered again without a read).", []string{"cache"}, nil),
 		misses: prometheus.NewDesc(prefix+"cache_misses_total",
 			"Segment cache reads that went to the store (concurrent misses of one segment share one read).", []string{"cache"}, nil),
 		passThrough: prometheus.NewDesc(prefix+"cache_pass_through_total",
@@ -276,6 +311,14 @@ func newCacheCollector(prefix string) *cacheCollector {
 			"Requests that waited for a store read another request had started, instead of reading themselves.", nil, nil),
 		variants: prometheus.NewDesc(prefix+"variants_total",
 			"Compressed variants of segments, by result: made (built, verified, kept), rejected (did not decode to the segment: never kept or served), incompressible (would not shrink the segment by 10%: served identity).", []string{"result"}, nil),
+		breakerOpen: prometheus.NewDesc(prefix+"store_breaker_open",
+			"Segment stores whose breaker is open now (0 or 1 per handler's store): the last calls found the store unreadable, requests stop waiting on it, and a background probe waits for it to answer.", nil, nil),
+		breakerTrips: prometheus.NewDesc(prefix+"store_breaker_trips_total",
+			"Times a segment store's breaker opened.", nil, nil),
+		fastFailures: prometheus.NewDesc(prefix+"store_fast_failures_total",
+			"Store calls answered at once, without calling the store, because its breaker was open.", nil, nil),
+		corruptBackoffs: prometheus.NewDesc(prefix+"store_corrupt_backoffs_total",
+			"Segment reads answered 503 without reading the store because its bytes failed verification less than a backoff ago.", nil, nil),
 		caches: map[cacheStatser]int{},
 	}
 }
@@ -305,11 +348,16 @@ func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.evictions
 	ch <- c.coalesced
 	ch <- c.variants
+	ch <- c.breakerOpen
+	ch <- c.breakerTrips
+	ch <- c.fastFailures
+	ch <- c.corruptBackoffs
 }
 
 func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	var sum store.CacheStats
+	open := 0
 	for s := range c.caches {
 		st := s.Stats()
 		sum.RecordHits += st.RecordHits
@@ -325,10 +373,20 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		sum.Variants.Made += st.Variants.Made
 		sum.Variants.Rejected += st.Variants.Rejected
 		sum.Variants.Incompressible += st.Variants.Incompressible
+		sum.GraceHits += st.GraceHits
+		sum.RefusalHits += st.RefusalHits
+		if st.BreakerOpen {
+			open++
+		}
+		sum.BreakerTrips += st.BreakerTrips
+		sum.FastFailures += st.FastFailures
+		sum.CorruptBackoffs += st.CorruptBackoffs
 	}
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RecordHits), "record")
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.ByteHits), "bytes")
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.GraceHits), "grace")
+	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RefusalHits), "refusal")
 	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sum.RecordMisses), "record")
 	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sum.ByteMisses), "bytes")
 	ch <- prometheus.MustNewConstMetric(c.passThrough, prometheus.CounterValue, float64(sum.PassThrough))
@@ -340,6 +398,10 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Made), "made")
 	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Rejected), "rejected")
 	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Incompressible), "incompressible")
+	ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, float64(open))
+	ch <- prometheus.MustNewConstMetric(c.breakerTrips, prometheus.CounterValue, float64(sum.BreakerTrips))
+	ch <- prometheus.MustNewConstMetric(c.fastFailures, prometheus.CounterValue, float64(sum.FastFailures))
+	ch <- prometheus.MustNewConstMetric(c.corruptBackoffs, prometheus.CounterValue, float64(sum.CorruptBackoffs))
 }
 
 // slotLabel is the metric label and placeholder value of a key slot:

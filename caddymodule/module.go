@@ -93,6 +93,19 @@ type Handler struct {
 	// Caddyfile refuses an explicit 0.
 	StoreTimeout caddy.Duration `json:"store_timeout,omitempty"`
 
+	// How long a record read from the store keeps deciding grants once the
+	// store cannot be read (a timeout, a refused connection, an HTTP 5xx,
+	// a SQLite I/O or open error; never a "not found" or a refusal). The
+	// bytes then come from the memory cache and the disk tier only: a
+	// segment the edge does not hold answers 503 edge.store_unavailable.
+	// Publication expiresAtMs and token exp still apply to the
+	// millisecond; fences (logEpoch rotations), backfill checkpoints and
+	// publications added or removed are seen as of the last successful
+	// read, so a revocation written during an outage takes effect on the
+	// edge when the store answers again or this long after that read,
+	// whichever comes first. Default: 5m. 0 turns it off.
+	Grace *caddy.Duration `json:"grace,omitempty"`
+
 	// Tokens longer than this many bytes are refused before any crypto.
 	// Default (absent or 0): 4096; 0 in JSON is "unset" and the
 	// Caddyfile refuses an explicit 0.
@@ -140,12 +153,14 @@ type Handler struct {
 	TenantKey string `json:"tenant_key,omitempty"`
 
 	skew      time.Duration // Skew resolved (default applied)
+	grace     time.Duration // Grace resolved (default applied)
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
 	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
 	audience  token.Audience
 	store     store.Store
 	reval     store.Revalidator // the store's refusal re-read; nil: none
+	memo      store.RefusalMemo // the store's refusal memo; nil: none
 	// lookupBounded: the store bounds its own lookups (no timer needed).
 	lookupBounded bool
 	poolKey       string      // set when the store came from the usage pool
@@ -298,6 +313,9 @@ func (h *Handler) Cleanup() error {
 	var err error
 	done := make(chan struct{})
 	h.life.end(func() {
+		if c, ok := st.(*store.Cached); ok {
+			c.Stop() // its breaker's probe; the inner store may be shared
+		}
 		if key != "" {
 			err = releaseSQLite(key)
 		} else if st != nil {

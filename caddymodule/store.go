@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -69,6 +70,8 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 		return err
 	}
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
+	opts.Grace = h.grace
+	opts.OnBreaker = h.breakerLog()
 	if opts.Disk, err = h.provisionDisk(); err != nil { // disktier.go
 		return err
 	}
@@ -84,6 +87,22 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 func (h *Handler) setStore(st store.Store) {
 	h.store = st
 	h.reval, _ = st.(store.Revalidator)
+	h.memo, _ = st.(store.RefusalMemo)
 	b, ok := st.(store.Bounded)
 	h.lookupBounded = ok && b.SharedTimeout() <= time.Duration(h.StoreTimeout)
+}
+
+// breakerLog logs the transitions of the store's breaker: a warning when
+// the store is found unreadable and requests stop waiting on it, and the
+// recovery.
+func (h *Handler) breakerLog() func(open bool, cause error) {
+	logger, backend := h.logger, h.Store.Backend
+	return func(open bool, cause error) {
+		if open {
+			logger.Warn("segment store unreadable: failing fast and probing it in the background; records read within grace keep deciding grants",
+				zap.String("backend", backend), zap.Duration("grace", h.grace), zap.Error(cause))
+			return
+		}
+		logger.Info("segment store answers again; breaker closed", zap.String("backend", backend))
+	}
 }

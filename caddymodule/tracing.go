@@ -40,14 +40,17 @@ type traceMarks struct {
 }
 
 // recordSources are the syncular.record values of the lookup span.
-var recordSources = [...]string{store.RecordStore: "store", store.RecordMemory: "memory", store.RecordFollow: "follower"}
+var recordSources = [...]string{store.RecordStore: "store", store.RecordMemory: "memory", store.RecordFollow: "follower",
+	store.RecordGrace: "grace"}
 
 // lookupRecord reads the segment's record and notes where it came from:
-// the record cache, this request's store read, or another's.
+// the record cache, this request's store read, or another's, or a record
+// kept through a store outage (grace, outage.go in store).
 func (h *Handler) lookupRecord(ctx context.Context, segID string, d *decision) (*store.Record, error) {
 	if rs, ok := h.store.(store.RecordSourcer); ok {
 		rec, src, err := rs.LookupFrom(ctx, segID)
 		d.tr.record = src
+		d.grace = src == store.RecordGrace
 		return rec, err
 	}
 	d.tr.record = store.RecordStore

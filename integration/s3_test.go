@@ -278,6 +278,9 @@ func TestS3(t *testing.T) {
 			s3test.PutSegment(t, cl, "segments", "", o.body, o.header)
 			checkError(t, do(t, "GET", c.Base+"/p/segments/"+o.id+"?st="+mint(o.id, o.digest, o.partition, exp), nil), 404, "sync.segment_expired")
 		}
+		// A refusal decided on a fresh read stands for up to 1 s
+		// (the refusal memo) before the record is read again.
+		time.Sleep(1100 * time.Millisecond)
 		for _, o := range objs {
 			moved := regexp.MustCompile(`"expiresAtMs":\d+`).ReplaceAllString(o.json, `"expiresAtMs":`+strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10))
 			s3test.PutSegment(t, cl, "segments", "", o.body, base64.RawURLEncoding.EncodeToString([]byte(moved)))

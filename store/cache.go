@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,9 +39,11 @@ type CacheOptions struct {
 	// the read that fetched it began. Publication expiry (expiresAtMs) is
 	// not affected: the grant is evaluated per request with the request's
 	// clock against the cached record. A caller about to refuse on a
-	// record calls Revalidate, so the delay only ever errs on the granting
-	// side. 0: every Lookup reads the store (concurrent ones still share
-	// one read).
+	// record calls Revalidate, so the delay errs on the granting side,
+	// except that a refusal decided on a fresh read is remembered for
+	// min(RefusalWindow, RecordTTL) (RefusedRecently): a re-published
+	// segment is then refused for at most that long. 0: every Lookup
+	// reads the store (concurrent ones still share one read).
 	RecordTTL time.Duration
 	// MaxRecords bounds the record cache (least recently used evicted
 	// first). The entries also tell Open a segment's length, which the
@@ -66,10 +69,38 @@ type CacheOptions struct {
 	// from its file (tier.go). nil: such segments stream from the store.
 	// The caller owns it (it may be shared by several Cached).
 	Disk *disk.Cache
+
+	// Grace is how long a record read from the store keeps answering
+	// Lookup once the store cannot be read (Unreadable: a timeout, a
+	// refused connection, a 5xx, a SQLite I/O or open error; never
+	// ErrNotFound or an answer). Grants decided on it still apply
+	// publication and token expiry to the millisecond; what it freezes
+	// is the rest of the record (fences, checkpoints, publications added
+	// or removed) as of its read. Bytes then come from the memory and disk
+	// tiers only. 0: off (a fault is the caller's answer).
+	Grace time.Duration
+	// BreakerFailures is how many calls of the store in a row must find
+	// it unreadable before the breaker opens: calls then fail at once
+	// with ErrStoreDown, instead of each waiting up to Timeout, while one
+	// background probe (every ProbeInterval) waits for the store to
+	// answer. 0: DefaultBreakerFailures.
+	BreakerFailures int
+	// ProbeInterval is the pause between probes. 0: DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// OnBreaker, when set, is told when the breaker opens (open true, with
+	// the error of the call that opened it) and when it closes again.
+	OnBreaker func(open bool, cause error)
+	// CorruptBackoff is how long a segment whose store bytes failed
+	// verification is answered ErrCorruptBackoff without reading them
+	// again; it doubles with each later failure, up to CorruptBackoffMax,
+	// and a read that verifies clears it. 0: DefaultCorruptBackoff and
+	// DefaultCorruptBackoffMax.
+	CorruptBackoff, CorruptBackoffMax time.Duration
 }
 
 // DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
-// bytes 64 MiB, segments up to 8 MiB cached, shared calls bounded by 5s.
+// bytes 64 MiB, segments up to 8 MiB cached, shared calls bounded by 5s,
+// records kept deciding grants for 5m of a store outage.
 func DefaultCacheOptions() CacheOptions {
 	return CacheOptions{
 		RecordTTL:  DefaultRecordTTL,
@@ -77,6 +108,7 @@ func DefaultCacheOptions() CacheOptions {
 		MaxBytes:   DefaultMaxBytes,
 		MaxEntry:   DefaultMaxEntry,
 		Timeout:    DefaultTimeout,
+		Grace:      DefaultGrace,
 	}
 }
 
@@ -85,10 +117,17 @@ func DefaultCacheOptions() CacheOptions {
 // makes concurrent callers for the same segment id share one read of the
 // inner store (a bootstrap storm costs one store read per segment).
 //
-// Misses (ErrNotFound) are not cached, only coalesced: the cache never
-// holds an entry for an id the store does not know, so requests for
-// unknown ids cannot evict real entries. (The handler only looks up ids
-// whose token verified, so a client without a key cannot reach Lookup.)
+// Misses (ErrNotFound) are not cached as records, only coalesced and
+// remembered for the refusal window (at most RecordTTL, RefusalWindow) in a
+// bounded memo of their own: the record cache never holds an entry for an
+// id the store does not know, so requests for unknown ids cannot evict real
+// entries. (The handler only looks up ids whose token verified, so a
+// client without a key cannot reach Lookup.)
+//
+// Store faults (outage.go): a breaker stops calling a store found
+// unreadable a few times in a row and probes it in the background; while
+// it cannot be read, records read within Grace keep answering Lookup.
+// Segments whose store bytes failed verification back off.
 type Cached struct {
 	inner   Store
 	opts    CacheOptions
@@ -98,11 +137,19 @@ type Cached struct {
 	fills   flight[[]byte]
 	vt      variantTier // content-coded variants (variants.go)
 
+	brk     breaker // outage.go
+	corrupt corruptBackoffs
+	misses  missMemo
+	ctx     context.Context // ends with Stop: background work
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
 	recordHits, recordMisses atomic.Int64
 	byteHits, byteMisses     atomic.Int64
 	passThrough              atomic.Int64
 	diskReads                atomic.Int64
 	storeRead                atomic.Int64 // segment bytes read from inner (observe.go)
+	graceHits, refusalHits   atomic.Int64
 }
 
 // NewCached wraps inner. Options are taken as given (see
@@ -118,13 +165,30 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 	opts.MaxRecords = max(opts.MaxRecords, 0)
 	opts.MaxBytes = max(opts.MaxBytes, 0)
 	opts.MaxEntry = min(max(opts.MaxEntry, 0), opts.MaxBytes)
+	opts.Grace = max(opts.Grace, 0)
+	if opts.BreakerFailures <= 0 {
+		opts.BreakerFailures = DefaultBreakerFailures
+	}
+	if opts.ProbeInterval <= 0 {
+		opts.ProbeInterval = DefaultProbeInterval
+	}
+	if opts.CorruptBackoff <= 0 {
+		opts.CorruptBackoff = DefaultCorruptBackoff
+	}
+	if opts.CorruptBackoffMax <= 0 {
+		opts.CorruptBackoffMax = DefaultCorruptBackoffMax
+	}
+	opts.CorruptBackoffMax = max(opts.CorruptBackoffMax, opts.CorruptBackoff)
 	c := &Cached{
 		inner:   inner,
 		opts:    opts,
 		records: newRecordLRU(opts.MaxRecords),
 		blobs:   newBlobLRU(opts.MaxBytes),
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.vt.init(opts.MaxRecords)
+	c.corrupt.init()
+	c.misses.init()
 	return c
 }
 
@@ -161,6 +225,20 @@ type CacheStats struct {
 	Coalesced int64
 	// Variants counts content-coded variants built (variants.go).
 	Variants VariantStats
+
+	// GraceHits counts Lookups answered, while the store could not be
+	// read, with a record older than RecordTTL but within Grace.
+	GraceHits int64
+	// RefusalHits counts refusals answered from the refusal memo without
+	// a store read (RefusedRecently, and ids a fresh read found absent).
+	RefusalHits int64
+	// BreakerOpen is whether the breaker is open now; BreakerTrips counts
+	// the times it opened, FastFailures the store calls it answered
+	// ErrStoreDown without calling the store.
+	BreakerOpen                bool
+	BreakerTrips, FastFailures int64
+	// CorruptBackoffs counts Opens answered ErrCorruptBackoff.
+	CorruptBackoffs int64
 }
 
 // Stats returns the counters.
@@ -179,31 +257,54 @@ func (c *Cached) Stats() CacheStats {
 		ByteEvictions:   c.blobs.evicted.Load(),
 		Coalesced:       c.lookups.joined.Load() + c.fills.joined.Load(),
 		Variants:        c.variantStats(), // tier_variants.go
+
+		GraceHits:       c.graceHits.Load(),
+		RefusalHits:     c.refusalHits.Load() + c.misses.hits.Load(),
+		BreakerOpen:     c.brk.open.Load(),
+		BreakerTrips:    c.brk.trips.Load(),
+		FastFailures:    c.brk.fast.Load(),
+		CorruptBackoffs: c.corrupt.answers.Load(),
 	}
 }
 
 // Lookup answers from the record cache while the record is younger than
 // RecordTTL; otherwise one inner Lookup is shared by every concurrent
-// caller for the id. Errors, ErrNotFound included, are not cached.
+// caller for the id. Errors are not cached; ErrNotFound from a read that
+// began less than the refusal window ago is answered again without a read.
+// While the store cannot be read, a record read within Grace answers.
 func (c *Cached) Lookup(ctx context.Context, segmentID string) (*Record, error) {
 	rec, _, err := c.LookupFrom(ctx, segmentID)
 	return rec, err
 }
 
-// LookupFrom is Lookup, and says where the record came from (observe.go).
+// LookupFrom is Lookup, and says where the record came from (observe.go):
+// RecordGrace when the store could not be read and rec is a record older
+// than RecordTTL read within Grace.
 func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error) {
+	now := c.opts.Now()
 	if c.opts.RecordTTL > 0 {
-		if rec, ok := c.records.get(segmentID, c.opts.Now().Add(-c.opts.RecordTTL)); ok {
+		if rec, ok := c.records.get(segmentID, now.Add(-c.opts.RecordTTL)); ok {
 			c.recordHits.Add(1)
 			return rec, RecordMemory, nil
 		}
 	}
+	if c.missedRecently(segmentID, now) {
+		return nil, RecordMemory, ErrNotFound
+	}
 	c.recordMisses.Add(1)
 	rec, joined, err := c.fetchJoined(ctx, segmentID)
+	src := RecordStore
 	if joined {
-		return rec, RecordFollow, err
+		src = RecordFollow
 	}
-	return rec, RecordStore, err
+	if err == nil || c.opts.Grace <= 0 || !Unreadable(err) {
+		return rec, src, err
+	}
+	if g, ok := c.records.grace(segmentID, c.opts.Now().Add(-c.opts.Grace)); ok {
+		c.graceHits.Add(1)
+		return g, RecordGrace, nil
+	}
+	return nil, src, err
 }
 
 // Revalidate returns a record of segmentID at least as new as a read
@@ -212,8 +313,9 @@ func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, Rec
 // through late only in the permissive direction (a deleted or shortened
 // grant seen for up to RecordTTL), never refuse on a stale record (a
 // re-published or extended segment is seen at once). Refusals cost a
-// store read each (coalesced), as without the cache. ok is false when rec
-// is already fresh (nothing was read) or the read failed (err).
+// store read each (coalesced), unless the caller skips Revalidate for a
+// refusal RefusedRecently remembers. ok is false when rec is already fresh
+// (nothing was read) or the read failed (err).
 func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error) {
 	if !c.records.stale(segmentID, rec) {
 		return nil, false, nil
@@ -234,11 +336,22 @@ func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
 
 // fetchJoined is fetch, and reports whether the read was another caller's.
 func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bool, error) {
+	if err := c.guard(); err != nil {
+		return nil, false, err
+	}
 	return c.lookups.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
+		if err := c.guard(); err != nil {
+			return nil, err
+		}
 		start := c.opts.Now()
 		rec, err := c.inner.Lookup(sctx, segmentID)
-		if err == nil && rec != nil {
+		c.observe(err)
+		switch {
+		case err == nil && rec != nil:
 			c.records.put(segmentID, rec, start)
+			c.forgetMiss(segmentID)
+		case errors.Is(err, ErrNotFound):
+			c.rememberMiss(segmentID, start)
 		}
 		return rec, err
 	})
@@ -268,6 +381,9 @@ func (c *Cached) OpenTier(ctx context.Context, segmentID string, off, n int64) (
 	if size, ok := c.records.size(segmentID); ok {
 		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
 	}
+	if err := c.backingOff(segmentID); err != nil {
+		return nil, TierStore, err
+	}
 	c.passThrough.Add(1)
 	return c.openInner(ctx, segmentID, off, n)
 }
@@ -287,6 +403,12 @@ func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64)
 	size, ok := c.records.size(segmentID)
 	if !ok || size > c.opts.MaxEntry {
 		return nil, 0, false, nil
+	}
+	if err := c.backingOff(segmentID); err != nil {
+		return nil, TierStore, false, err
+	}
+	if err := c.guard(); err != nil {
+		return nil, TierStore, false, err // no shared call to set up: the store is not read
 	}
 	c.byteMisses.Add(1)
 	b, joined, err := c.fills.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
@@ -323,15 +445,25 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 			c.blobs.release(size)
 		}
 	}()
-	rc, err := c.inner.Open(ctx, segmentID, 0, -1)
+	rc, _, err := c.openInner(ctx, segmentID, 0, -1)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	buf := make([]byte, size)
-	k, err := io.ReadFull(rc, buf)
-	c.storeRead.Add(int64(k))
+	b, err := c.readWhole(rc, segmentID, size)
+	c.verified(segmentID, err)
 	if err != nil {
+		return nil, err
+	}
+	c.blobs.insert(segmentID, b)
+	inserted = true
+	return b, nil
+}
+
+// readWhole reads segmentID's size bytes from rc and verifies them.
+func (c *Cached) readWhole(rc io.Reader, segmentID string, size int64) ([]byte, error) {
+	buf := make([]byte, size)
+	if _, err := io.ReadFull(rc, buf); err != nil { // rc counts the bytes read (openInner)
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 			return nil, fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
 		}
@@ -339,7 +471,6 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	}
 	var extra [1]byte
 	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
-		c.storeRead.Add(int64(k))
 		return nil, fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
 	}
 	sum := sha256.Sum256(buf)
@@ -347,13 +478,14 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	if _, err := hex.Decode(want[:], []byte(segmentID[7:])); err != nil || sum != want {
 		return nil, fmt.Errorf("store: %s: %w", segmentID, ErrCorruptSegment)
 	}
-	c.blobs.insert(segmentID, buf)
-	inserted = true
 	return buf, nil
 }
 
-// Close closes the inner store.
-func (c *Cached) Close() error { return c.inner.Close() }
+// Close stops the background work (Stop) and closes the inner store.
+func (c *Cached) Close() error {
+	c.Stop()
+	return c.inner.Close()
+}
 
 // sliceReader reads b[off:off+n] (n < 0: to the end), clamped to b like
 // the SQLite store: a range past the end is empty.
@@ -387,4 +519,5 @@ var (
 	_ Store       = (*Cached)(nil)
 	_ Revalidator = (*Cached)(nil)
 	_ Bounded     = (*Cached)(nil)
+	_ RefusalMemo = (*Cached)(nil)
 )

@@ -452,7 +452,7 @@ func TestCachedCorruptBytes(t *testing.T) {
 		if _, err := c.Lookup(ctx, i); err != nil {
 			t.Fatal(err)
 		}
-		for range 2 {
+		for k := range 2 {
 			rc, err := c.Open(ctx, i, 0, -1)
 			if !errors.Is(err, ErrCorruptSegment) {
 				if rc != nil {
@@ -460,10 +460,14 @@ func TestCachedCorruptBytes(t *testing.T) {
 				}
 				t.Fatalf("corrupt bytes: Open returned %v, want ErrCorruptSegment", err)
 			}
+			// The second Open backs off instead of reading them again.
+			if got := errors.Is(err, ErrCorruptBackoff); got != (k == 1) {
+				t.Fatalf("Open %d: backing off %v (%v)", k+1, got, err)
+			}
 		}
 	}
-	if _, o := inner.counts(); o != 4 {
-		t.Fatalf("corrupt bytes were cached: %d inner opens, want 4", o)
+	if _, o := inner.counts(); o != 2 {
+		t.Fatalf("%d inner opens, want 2 (corrupt bytes are neither cached nor read again at once)", o)
 	}
 	if used := c.Stats().Bytes; used != 0 {
 		t.Fatalf("cache holds %d bytes after failed fills", used)
@@ -474,6 +478,8 @@ func TestCachedNotFoundCannotEvict(t *testing.T) {
 	inner := newCountingStore()
 	opts := DefaultCacheOptions()
 	opts.MaxRecords = 4
+	clk := newClock()
+	opts.Now = clk.Now
 	c := NewCached(inner, opts)
 	ctx := context.Background()
 	var ids []string
@@ -502,15 +508,17 @@ func TestCachedNotFoundCannotEvict(t *testing.T) {
 	if n := c.Stats().Records; n != 4 {
 		t.Fatalf("record cache holds %d entries, want 4", n)
 	}
-	// Misses are not cached either: an id published later is found at once.
+	// Misses are not cached as records: an id published later is found
+	// once the refusal window of the read that missed it has passed.
 	late := seg(10, 77)
 	lid := segID(late)
 	if _, err := c.Lookup(ctx, lid); !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
 	}
 	inner.add(late)
+	clk.Advance(RefusalWindow)
 	if _, err := c.Lookup(ctx, lid); err != nil {
-		t.Fatalf("a miss was cached: %v", err)
+		t.Fatalf("a miss was remembered past the refusal window: %v", err)
 	}
 }
 

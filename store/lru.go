@@ -22,6 +22,9 @@ type recordEntry struct {
 	rec     *Record
 	fetched time.Time
 	served  bool // returned by a cache hit at least once
+	// refused holds a bit per Reason of the refusals decided on rec
+	// while it was fresh (RememberRefusal); cleared when rec is replaced.
+	refused uint16
 }
 
 func newRecordLRU(max int) *recordLRU {
@@ -90,12 +93,54 @@ func (l *recordLRU) put(id string, rec *Record, fetched time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if ent, ok := l.c.Get(id); ok {
-		ent.rec, ent.fetched, ent.served = rec, fetched, false
+		ent.rec, ent.fetched, ent.served, ent.refused = rec, fetched, false, 0
 		return
 	}
 	if l.c.Add(id, &recordEntry{rec: rec, fetched: fetched}) {
 		l.evicted.Add(1)
 	}
+}
+
+// grace returns the record of id, whatever its age, when it was fetched
+// after notBefore, and marks it served (a caller that refuses on it must
+// not take it for a fresh read).
+func (l *recordLRU) grace(id string, notBefore time.Time) (*Record, bool) {
+	if l.c == nil {
+		return nil, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ent, ok := l.c.Get(id)
+	if !ok || !ent.fetched.After(notBefore) {
+		return nil, false
+	}
+	ent.served = true
+	return ent.rec, true
+}
+
+// refuse remembers a refusal for reason r decided on rec, when rec is
+// still id's entry.
+func (l *recordLRU) refuse(id string, rec *Record, r Reason) {
+	if l.c == nil || r <= 0 || r >= 16 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ent, ok := l.c.Peek(id); ok && ent.rec == rec {
+		ent.refused |= 1 << r
+	}
+}
+
+// refused reports whether a refusal for reason r was remembered on rec,
+// id's entry, read after notBefore.
+func (l *recordLRU) refused(id string, rec *Record, r Reason, notBefore time.Time) bool {
+	if l.c == nil || r <= 0 || r >= 16 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ent, ok := l.c.Peek(id)
+	return ok && ent.rec == rec && ent.refused&(1<<r) != 0 && ent.fetched.After(notBefore)
 }
 
 func (l *recordLRU) len() int {

@@ -60,6 +60,9 @@ const (
 	RecordMemory
 	// RecordFollow: a read of the inner store another caller had started.
 	RecordFollow
+	// RecordGrace: the record cache, past its TTL but within Grace,
+	// because the inner store could not be read (outage.go).
+	RecordGrace
 )
 
 // RecordSourcer is a store that says where a Lookup's record came from
@@ -120,9 +123,14 @@ func (c *Cached) Flow() FlowStats {
 	}
 }
 
-// openInner streams a body from the inner store, counting its bytes.
+// openInner streams a body from the inner store, counting its bytes,
+// behind the breaker (outage.go).
 func (c *Cached) openInner(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
+	if err := c.guard(); err != nil {
+		return nil, TierStore, err
+	}
 	rc, err := c.inner.Open(ctx, segmentID, off, n)
+	c.observe(err)
 	if err != nil {
 		return nil, TierStore, err
 	}

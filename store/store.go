@@ -115,6 +115,17 @@ type Revalidator interface {
 	Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error)
 }
 
+// RefusalMemo is a Revalidator that remembers, for a short window, the
+// refusals decided on records read from its backing store (Cached).
+type RefusalMemo interface {
+	// RefusedRecently reports whether a refusal for reason was decided on
+	// rec by a fresh read within the window: Revalidate may be skipped.
+	RefusedRecently(segmentID string, rec *Record, reason Reason) bool
+	// RememberRefusal records a refusal for reason decided on rec, read
+	// from the backing store for this request.
+	RememberRefusal(segmentID string, rec *Record, reason Reason)
+}
+
 // Bounded is a Store whose Lookup bounds every read of its backing store
 // by a timeout of its own (Cached: a miss waits on a shared read, detached
 // from the caller, that runs out after SharedTimeout), so a caller needs

@@ -31,6 +31,11 @@ type blobCopier interface {
 // openLarge serves [off, off+n) of a segment of size bytes that the
 // memory tier does not serve.
 func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (io.ReadCloser, Tier, error) {
+	// Bytes that failed verification are not read again for a while
+	// (outage.go), whatever the tier that would read them.
+	if err := c.backingOff(segmentID); err != nil {
+		return nil, TierStore, err
+	}
 	if d := c.opts.Disk; d != nil {
 		h, err := d.Get(ctx, segmentID, size, c.diskSource(segmentID))
 		if err == nil {
@@ -38,7 +43,8 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 			// A fill that fails on the disk hands its readers over
 			// to the store, verified to the end (disk/handoff.go).
 			h.SetReopen(func(ctx context.Context, at int64) (io.ReadCloser, error) {
-				return c.inner.Open(ctx, segmentID, at, -1)
+				rc, _, err := c.openInner(ctx, segmentID, at, -1) // behind the breaker
+				return rc, err
 			})
 			r, err := h.Reader(ctx, min(off, size), n)
 			if err != nil {
@@ -46,13 +52,18 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 				return nil, t, fmt.Errorf("store: disk tier: %w", err)
 			}
 			c.diskReads.Add(1)
-			return &diskBody{h: h, r: r}, t, nil
+			if h.Hit() {
+				c.clearCorrupt(segmentID) // a complete file verified
+			}
+			return &diskBody{h: h, r: r, end: c.endOf(segmentID)}, t, nil
 		}
 		if !diskDeclined(err) {
 			// The fill failed before its first byte: the store's
 			// answer (ErrNotFound, a fault, corrupt bytes) is every
 			// caller's, rather than one more store read each.
-			return nil, TierDiskFill, corruptErr(err)
+			err = corruptErr(err)
+			c.verified(segmentID, err)
+			return nil, TierDiskFill, err
 		}
 	}
 	c.passThrough.Add(1)
@@ -61,9 +72,14 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 		return nil, t, err
 	}
 	if off == 0 && (n < 0 || n >= size) {
-		return VerifyWhole(rc, segmentID, size), t, nil
+		return &verifyReader{rc: rc, id: segmentID, size: size, h: sha256.New(), end: c.endOf(segmentID)}, t, nil
 	}
 	return rc, t, nil
+}
+
+// endOf is the end hook of a verified read of segmentID (Cached.verified).
+func (c *Cached) endOf(segmentID string) func(error) {
+	return func(err error) { c.verified(segmentID, err) }
 }
 
 // diskSource is how the disk tier fills segmentID: a streaming copy from
@@ -71,16 +87,20 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 func (c *Cached) diskSource(segmentID string) disk.Source {
 	if bc, ok := c.inner.(blobCopier); ok {
 		return func(ctx context.Context, w io.Writer) error {
-			_, err := bc.CopyBlob(ctx, segmentID, &countingWriter{w: w, n: &c.storeRead})
+			if err := c.guard(); err != nil {
+				return err
+			}
+			ow := &watchedWriter{w: w}
+			_, err := bc.CopyBlob(ctx, segmentID, &countingWriter{w: ow, n: &c.storeRead})
+			if ow.err == nil { // a write error is the disk's, not the store's
+				c.observe(err)
+			}
 			return err
 		}
 	}
 	return disk.FromReader(func(ctx context.Context) (io.ReadCloser, error) {
-		rc, err := c.inner.Open(ctx, segmentID, 0, -1)
-		if err != nil {
-			return nil, err
-		}
-		return &countingBody{rc: rc, n: &c.storeRead}, nil
+		rc, _, err := c.openInner(ctx, segmentID, 0, -1)
+		return rc, err
 	})
 }
 
@@ -100,16 +120,41 @@ func corruptErr(err error) error {
 	return err
 }
 
+// watchedWriter remembers its writer's first error.
+type watchedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	n, err := w.w.Write(p)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	return n, err
+}
+
 // diskBody reads a segment from the disk tier.
 type diskBody struct {
-	h *disk.Handle
-	r io.Reader
+	h   *disk.Handle
+	r   io.Reader
+	end func(error) // told once how the read ended (nil: verified); may be nil
 }
 
 func (b *diskBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = corruptErr(err)
+	if err != nil {
+		if err != io.EOF {
+			err = corruptErr(err)
+		}
+		if b.end != nil {
+			if err == io.EOF {
+				b.end(nil)
+			} else {
+				b.end(err)
+			}
+			b.end = nil
+		}
 	}
 	return n, err
 }
@@ -144,7 +189,20 @@ type verifyReader struct {
 	size int64
 	n    int64
 	h    hash.Hash
-	err  error // sticky: io.EOF once verified, or the failure
+	err  error       // sticky: io.EOF once verified, or the failure
+	end  func(error) // told once whether the body verified (nil) or not; may be nil
+}
+
+// ended tells end how the body ended: verified (io.EOF) or err.
+func (v *verifyReader) ended(err error) {
+	if v.end == nil {
+		return
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	v.end(err)
+	v.end = nil
 }
 
 func (v *verifyReader) Read(p []byte) (int, error) {
@@ -153,6 +211,7 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 	}
 	if v.n == v.size {
 		v.err = v.verify()
+		v.ended(v.err)
 		return 0, v.err
 	}
 	if rem := v.size - v.n; int64(len(p)) > rem {
@@ -163,7 +222,9 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 	v.n += int64(m)
 	if v.n == v.size {
 		// These bytes end the body: deliver them only when it checks.
-		if verr := v.verify(); verr != io.EOF {
+		verr := v.verify()
+		v.ended(verr)
+		if verr != io.EOF {
 			v.err = verr
 			return 0, verr
 		}
@@ -171,6 +232,7 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		v.err = fmt.Errorf("store: %s: %w (%d of its record's %d bytes)", v.id, ErrCorruptSegment, v.n, v.size)
+		v.ended(v.err)
 		return 0, v.err
 	}
 	return m, err

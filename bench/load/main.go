@@ -27,6 +27,9 @@
 //	(i) compress: bytes on the wire per download (identity, gzip, zstd)
 //	    of a 50,000-row SQLite image and rows segment, encode time, and a
 //	    zstd cache hit against an identity cache hit (256 KiB, 8 MiB).
+//	(j) outage: versitygw frozen (SIGSTOP) for -outage (60 s) under load:
+//	    answers by kind (segments the edge holds, segments it never read)
+//	    and phase, with the default grace and with grace 0.
 //
 // (a) and (b) alternate edge and plain runs (ABBA order) over several
 // rounds and report medians and ratios, of requests/s and of the serving
@@ -92,6 +95,7 @@ var scenarios = []scenario{
 	{"g", "time to first byte of fill followers vs the leader", ttfbScenario},
 	{"h", "restart: the disk tier serves without store reads", restartScenario},
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
+	{"j", "store outage: answers by kind through a frozen store (grace, breaker)", outageScenario},
 }
 
 // selected returns the scenarios -only names, in list order.

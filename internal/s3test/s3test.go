@@ -153,6 +153,30 @@ func (s *Server) Stop() {
 	s.cmd = nil
 }
 
+// Signal sends sig to the running server: SIGSTOP freezes it (its port
+// still accepts connections, nothing answers them), SIGCONT resumes it.
+func (s *Server) Signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return errors.New("s3test: server not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
+// Kill ends the server with SIGKILL (no shutdown: connections are reset,
+// the port refuses new ones) and waits for it. Restart starts it again.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	s.cmd = nil
+}
+
 // Restart stops the server and starts it again on the same port with the
 // same data, so objects survive.
 func (s *Server) Restart() {
