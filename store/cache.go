@@ -323,24 +323,16 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 			c.blobs.release(size)
 		}
 	}()
-	rc, err := c.inner.Open(ctx, segmentID, 0, -1)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
 	buf := make([]byte, size)
-	k, err := io.ReadFull(rc, buf)
-	c.storeRead.Add(int64(k))
-	if err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
+	if fi, ok := c.inner.(fillerInto); ok {
+		// The store reads it its own way (SQLite: without holding a
+		// lock across the read where it can, sqlite_lockfree.go).
+		if err := fi.FillInto(ctx, segmentID, buf); err != nil {
+			return nil, err
 		}
+		c.storeRead.Add(size)
+	} else if err := c.readWhole(ctx, segmentID, buf); err != nil {
 		return nil, err
-	}
-	var extra [1]byte
-	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
-		c.storeRead.Add(int64(k))
-		return nil, fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
 	}
 	sum := sha256.Sum256(buf)
 	var want [sha256.Size]byte
@@ -350,6 +342,36 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	c.blobs.insert(segmentID, buf)
 	inserted = true
 	return buf, nil
+}
+
+// fillerInto is a store that reads a whole segment into a buffer of its
+// record's length itself (SQLite.FillInto); the caller verifies the hash.
+type fillerInto interface {
+	FillInto(ctx context.Context, segmentID string, buf []byte) error
+}
+
+// readWhole reads segmentID into buf, which is its record's length, by
+// the inner store's Open.
+func (c *Cached) readWhole(ctx context.Context, segmentID string, buf []byte) error {
+	rc, err := c.inner.Open(ctx, segmentID, 0, -1)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	k, err := io.ReadFull(rc, buf)
+	c.storeRead.Add(int64(k))
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
+		}
+		return err
+	}
+	var extra [1]byte
+	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
+		c.storeRead.Add(int64(k))
+		return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
+	}
+	return nil
 }
 
 // Close closes the inner store.

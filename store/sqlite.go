@@ -26,6 +26,13 @@ type SQLiteOptions struct {
 
 	// MaxOpenConns caps the pool of read-only connections. Zero means 4.
 	MaxOpenConns int
+
+	// JournalMode, when set, is told the file's journal mode (PRAGMA
+	// journal_mode: "wal", or a rollback mode such as "delete") each time
+	// the store opens the file: at OpenSQLite and when it reopens a file
+	// replaced at its path. It runs before OpenSQLite returns or the
+	// reopened file serves a call, and must not call the store.
+	JournalMode func(path, mode string)
 }
 
 // withDefaults is o with every zero field at its documented default.
@@ -57,8 +64,12 @@ type SQLite struct {
 	maxConns int
 	blobOpts SQLiteOptions // for the blob pools (sqlite_stream.go)
 
+	onJournal func(path, mode string) // SQLiteOptions.JournalMode
+
 	cur      atomic.Pointer[sqliteHandle] // nil once closed
 	reopenMu sync.Mutex
+
+	lockFreeCounters // sqlite_lockfree.go
 }
 
 var errSQLiteClosed = errors.New("store: sqlite store is closed")
@@ -77,7 +88,7 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	opts = opts.withDefaults()
 	busy, conns := opts.BusyTimeout, opts.MaxOpenConns
 	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns,
-		blobOpts: opts}
+		blobOpts: opts, onJournal: opts.JournalMode}
 	h, err := s.openHandle(context.Background())
 	if err != nil {
 		return nil, err

@@ -20,7 +20,9 @@ type sqliteHandle struct {
 	detectStmt *sql.Stmt
 	openStmt   *sql.Stmt
 	sizeStmt   *sql.Stmt
-	blobPool   blobPool // incremental blob I/O (sqlite_stream.go)
+	blobPool   blobPool     // incremental blob I/O (sqlite_stream.go)
+	lockFree   lockFreePool // nolock reads of fills (sqlite_lockfree.go)
+	journal    string       // PRAGMA journal_mode when the pool opened
 	shape      atomic.Pointer[sqliteShape]
 
 	stmtMu sync.Mutex
@@ -58,6 +60,12 @@ func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
 	if h.sizeStmt, err = db.PrepareContext(ctx, sizeSQL); err != nil {
 		return fail(err)
 	}
+	if h.journal, err = readJournalMode(ctx, h); err != nil {
+		return fail(fmt.Errorf("journal mode: %w", err))
+	}
+	if s.onJournal != nil {
+		s.onJournal(s.path, h.journal)
+	}
 	return h, nil
 }
 
@@ -78,6 +86,7 @@ func (h *sqliteHandle) close() error {
 		h.sizeStmt.Close()
 	}
 	h.blobPool.close()
+	h.lockFree.close()
 	return h.db.Close()
 }
 

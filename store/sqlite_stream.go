@@ -59,23 +59,6 @@ func (p *blobPool) close() {
 	}
 }
 
-// CopyBlob writes the bytes of segmentID to w in one short read
-// transaction with bounded memory (SQLiteBlobs.CopyBlob) on the file now
-// at the store's path. It is the disk tier's fill source: give it a fast
-// writer, never a client connection.
-func (s *SQLite) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error) {
-	h, err := s.acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer h.use.RUnlock()
-	b, err := h.blobPool.get(s.path, s.blobOpts)
-	if err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
-	}
-	return b.CopyBlob(ctx, segmentID, w)
-}
-
 // openStream answers Open for a blob longer than sqliteChunk: the range
 // [off, end) streams in chunks; nil, nil when the value is small (or TEXT)
 // and the substr query should answer.
