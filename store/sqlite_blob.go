@@ -60,7 +60,9 @@ func OpenSQLiteBlobs(path string, opts SQLiteOptions) (*SQLiteBlobs, error) {
 		Flags:    sqlite.OpenReadOnly | sqlite.OpenURI,
 		PoolSize: conns,
 		PrepareConn: func(conn *sqlite.Conn) error {
-			conn.SetBusyTimeout(busy)
+			if !opts.noBusyHandler {
+				conn.SetBusyTimeout(busy)
+			}
 			return sqlitex.ExecuteTransient(conn, "PRAGMA query_only = 1", nil)
 		},
 	})

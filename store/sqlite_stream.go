@@ -65,7 +65,7 @@ func (p *blobPool) close() {
 func (s *SQLite) openStream(ctx context.Context, h *sqliteHandle, segmentID string, off, n int64) (io.ReadCloser, error) {
 	var typ string
 	var size int64
-	err := h.sizeStmt.QueryRowContext(ctx, segmentID).Scan(&typ, &size)
+	err := h.retryBusy(ctx, func() error { return h.sizeStmt.QueryRowContext(ctx, segmentID).Scan(&typ, &size) })
 	if err != nil {
 		return nil, err // sql.ErrNoRows included: Open maps it
 	}
@@ -132,7 +132,7 @@ func (st *sqliteStream) fill() error {
 	if err != nil {
 		return fmt.Errorf("store: sqlite open: %w", err)
 	}
-	if err := b.readChunk(st.ctx, st.id, st.size, st.pos, st.buf); err != nil {
+	if err := h.retryBusy(st.ctx, func() error { return b.readChunk(st.ctx, st.id, st.size, st.pos, st.buf) }); err != nil {
 		return err
 	}
 	st.pos += want
