@@ -58,6 +58,11 @@ const JournalWAL = "wal"
 // milliseconds for a 24 MiB blob while the walks stay few.
 const lockedChunk = 1 << 20
 
+// lockFreeAttempts is how many lock-free reads a fill tries at least,
+// each in a gap between the writer's transactions, before it reads with
+// locks; it goes on trying for up to the busy timeout.
+const lockFreeAttempts = 4
+
 // errLockFreeSkipped: the lock-free read handed nothing over and the
 // locked read should answer (the file is WAL, the read errored or did not
 // verify before its last chunk, the row is not a whole-body read).
@@ -197,8 +202,29 @@ func (s *SQLite) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID st
 		s.lfFallbacks.Add(1)
 		return 0, errLockFreeSkipped
 	}
-	pw := &pendingWriter{w: w, h: sha256.New(), want: want}
-	err = lockFreeRead(ctx, pool, segmentID, pw)
+	// A read transaction that starts while the writer's journal is on
+	// disk takes it for a hot journal and fails (a read-only connection
+	// never rolls one back): start in the gap between the writer's
+	// transactions, and try again a few times before the locked read.
+	var pw *pendingWriter
+	deadline := time.Now().Add(h.busy)
+	for attempt := 1; ; attempt++ {
+		h.awaitWriter(ctx)
+		pw = &pendingWriter{w: w, h: sha256.New(), want: want}
+		err = lockFreeRead(ctx, pool, segmentID, pw)
+		if err == nil || pw.written > 0 || ctx.Err() != nil || errors.Is(err, ErrNotFound) {
+			break
+		}
+		// Past the first few, only the journal's refusal is worth
+		// waiting out (SQLITE_READONLY_ROLLBACK), for the busy timeout.
+		hot := sqlite.ErrCode(err).ToPrimary() == sqlite.ResultReadOnly
+		if attempt >= lockFreeAttempts && (!hot || time.Now().After(deadline)) {
+			break
+		}
+		if !writerActive(h.probe) {
+			time.Sleep(time.Millisecond) // the journal outlived the lock: do not spin
+		}
+	}
 	n := pw.written
 	switch {
 	case err == nil:
@@ -468,23 +494,19 @@ func segmentDigest(id string) ([]byte, bool) {
 	return d, err == nil
 }
 
-// writerWaitMax bounds how long a locked read of a rollback-journal file
-// waits for a writer's transaction to end before it starts anyway (and
-// SQLite's busy timeout takes over).
-const writerWaitMax = 100 * time.Millisecond
-
 // awaitWriter holds a locked read of a rollback-journal file back while
 // another process is in a write transaction (between its first write and
 // the end of its commit): a SHARED lock taken then is what fails that
-// commit when the writer has no busy handler. It waits at most
-// writerWaitMax; WAL files, where readers never block the writer, do not
-// wait.
+// commit when the writer has no busy handler. It polls (fcntl, no lock)
+// for the gap between two transactions, at most for the busy timeout,
+// then lets the read go on (SQLite's locks decide). WAL files, where
+// readers never block the writer, do not wait.
 func (h *sqliteHandle) awaitWriter(ctx context.Context) {
 	if h.probe == nil || !rollbackJournal(h.journal) || !writerActive(h.probe) {
 		return
 	}
-	deadline := time.Now().Add(writerWaitMax)
-	for d := 100 * time.Microsecond; writerActive(h.probe); d = min(2*d, 2*time.Millisecond) {
+	deadline := time.Now().Add(h.busy)
+	for d := 50 * time.Microsecond; writerActive(h.probe); d = min(2*d, time.Millisecond) {
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return
 		}

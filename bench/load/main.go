@@ -26,6 +26,10 @@
 //	(i) compress: bytes on the wire per download (identity, gzip, zstd)
 //	    of a 50,000-row SQLite image and rows segment, encode time, and a
 //	    zstd cache hit against an identity cache hit (256 KiB, 8 MiB).
+//	(j) writer: a sync-server writer without a busy timeout committing
+//	    every 20 ms beside 100 cold clients on 8 segments (one of 24 MiB):
+//	    its failed commits and the share of time the edge held a read
+//	    lock, in a rollback journal and in WAL.
 //
 // (a) and (b) alternate edge and plain runs (ABBA order) over several
 // rounds and report medians and ratios, of requests/s and of the serving
@@ -91,6 +95,7 @@ var scenarios = []scenario{
 	{"g", "time to first byte of fill followers vs the leader", ttfbScenario},
 	{"h", "restart: the disk tier serves without store reads", restartScenario},
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
+	{"j", "a busy-handler-free writer beside a cold storm: failed commits and read-lock share, rollback journal and WAL", writerScenario},
 }
 
 // selected returns the scenarios -only names, in list order.
