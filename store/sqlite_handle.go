@@ -25,7 +25,7 @@ type sqliteHandle struct {
 	lockFree   lockFreePool  // nolock reads of fills (sqlite_lockfree.go)
 	journal    string        // PRAGMA journal_mode when the pool opened
 	busy       time.Duration // how long retryBusy retries
-	probe      *os.File      // for writerActive; closed after db (sqlite_writerwait_*.go)
+	probe      uint64        // the file for writerActive (sqlite_writerwait_*.go); 0: none
 	shape      atomic.Pointer[sqliteShape]
 
 	stmtMu sync.Mutex
@@ -54,7 +54,7 @@ func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
 	// Until the journal mode is known, reads wait for a writer as in a
 	// rollback journal (a WAL file never shows one).
 	h.journal = "delete"
-	h.probe = openWriterProbe(s.path)
+	h.probe = writerProbe(fi)
 	prep := func(st **sql.Stmt, q string) error {
 		return h.retryBusy(ctx, func() (err error) { *st, err = db.PrepareContext(ctx, q); return err })
 	}
@@ -99,11 +99,7 @@ func (h *sqliteHandle) close() error {
 	}
 	h.blobPool.close()
 	h.lockFree.close()
-	err := h.db.Close()
-	if h.probe != nil {
-		h.probe.Close() // after every connection: see openWriterProbe
-	}
-	return err
+	return h.db.Close()
 }
 
 // retire waits for the operations using h, then closes it.

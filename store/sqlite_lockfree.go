@@ -502,7 +502,7 @@ func segmentDigest(id string) ([]byte, bool) {
 // then lets the read go on (SQLite's locks decide). WAL files, where
 // readers never block the writer, do not wait.
 func (h *sqliteHandle) awaitWriter(ctx context.Context) {
-	if h.probe == nil || !rollbackJournal(h.journal) || !writerActive(h.probe) {
+	if h.probe == 0 || !rollbackJournal(h.journal) || !writerActive(h.probe) {
 		return
 	}
 	deadline := time.Now().Add(h.busy)
@@ -547,7 +547,7 @@ func (h *sqliteHandle) retryBusy(ctx context.Context, f func() error) error {
 		if time.Now().After(deadline) {
 			return err
 		}
-		if h.probe == nil || !writerActive(h.probe) {
+		if h.probe == 0 || !writerActive(h.probe) {
 			time.Sleep(pause) // no probe (or the lock lapsed): back off blind
 		}
 	}
