@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -13,9 +15,35 @@ import (
 // reloads: the new config loads it before the old one is cleaned up.
 var sqlitePool = caddy.NewUsagePool()
 
-type pooledSQLite struct{ *store.SQLite }
+// pooledSQLite is a shared handle. Its journal-mode warning goes to the
+// logger of the config that provisioned it last (an older config's logger
+// may be closed by a reload).
+type pooledSQLite struct {
+	*store.SQLite
+	logger *atomic.Pointer[zap.Logger]
+}
 
 func (p pooledSQLite) Destruct() error { return p.SQLite.Close() }
+
+// rollbackJournalWarning is logged once each time the handle opens a file
+// (at provision, and when a file replaced at the path is reopened) whose
+// journal mode is not WAL.
+const rollbackJournalWarning = "sqlite store: the sync server's database is in a rollback-journal mode, not WAL: " +
+	"a reader's lock can make its writes fail with \"database is locked\" when it sets no busy timeout; " +
+	"open the sync server's database with PRAGMA journal_mode=WAL (it persists in the file)"
+
+// journalModeLogger returns the store's JournalMode callback: one warning
+// per open of a file that is not in WAL mode.
+func journalModeLogger(logger *atomic.Pointer[zap.Logger]) func(path, mode string) {
+	return func(path, mode string) {
+		if mode == store.JournalWAL {
+			return
+		}
+		if l := logger.Load(); l != nil {
+			l.Warn(rollbackJournalWarning, zap.String("path", path), zap.String("journal_mode", mode))
+		}
+	}
+}
 
 // provisionSQLite opens (or shares) the handle of the sync server's
 // database file.
@@ -26,17 +54,21 @@ func (h *Handler) provisionSQLite() error {
 	}
 	key := "sqlite:" + abs
 	val, _, err := sqlitePool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		s, err := store.OpenSQLite(abs, store.SQLiteOptions{})
+		lp := new(atomic.Pointer[zap.Logger])
+		lp.Store(h.logger)
+		s, err := store.OpenSQLite(abs, store.SQLiteOptions{JournalMode: journalModeLogger(lp)})
 		if err != nil {
 			return nil, err
 		}
-		return pooledSQLite{s}, nil
+		return pooledSQLite{SQLite: s, logger: lp}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("syncular_segments: opening sqlite store %s: %v", abs, err)
 	}
+	p := val.(pooledSQLite)
+	p.logger.Store(h.logger)
 	h.poolKey = key
-	h.store = val.(pooledSQLite).SQLite
+	h.store = p.SQLite
 	return nil
 }
 

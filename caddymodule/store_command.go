@@ -301,6 +301,10 @@ func describeSQLite(ctx context.Context, w io.Writer, st *store.SQLite) {
 		return
 	}
 	fmt.Fprintf(w, "backend     sqlite %s (journal mode %s, schema_version %d)\n", d.Path, termsafe.Field(d.JournalMode), d.SchemaVersion)
+	if d.JournalMode != store.JournalWAL {
+		fmt.Fprintf(w, "            warning: journal mode %s is a rollback journal: the edge's reads can make the sync server's\n"+
+			"            writes fail with \"database is locked\"; fix: open it with PRAGMA journal_mode=WAL (persists in the file)\n", termsafe.Field(d.JournalMode))
+	}
 	var gen string
 	switch d.Generation {
 	case 1:

@@ -220,6 +220,14 @@ func TestStoreInspectSitesAndLayouts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--site %s: %v\n%s", site, err, out)
 		}
+		// The vector files are rollback-journal files: the inspector says
+		// so and names the fix.
+		for _, w := range []string{"(journal mode delete, ", "warning: journal mode delete is a rollback journal",
+			"fix: open it with PRAGMA journal_mode=WAL"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("--site %s: output lacks %q:\n%s", site, w, out)
+			}
+		}
 		for _, w := range []string{"handler     #1 of 2: b.example (server srv0 on :80)", "schema generation 2 (sync_segments with log_epoch)",
 			"partition registry absent: no epoch fencing", "counts      7 segments\n"} {
 			if !strings.Contains(out, w) {

@@ -445,12 +445,18 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 			c.blobs.release(size)
 		}
 	}()
-	rc, _, err := c.openInner(ctx, segmentID, 0, -1)
-	if err != nil {
-		return nil, err
+	b := make([]byte, size)
+	var err error
+	if fi, ok := c.inner.(fillerInto); ok {
+		// The store reads it its own way (SQLite: without holding a
+		// lock across the read where it can, sqlite_lockfree.go).
+		err = c.fillInto(ctx, fi, segmentID, b)
+	} else {
+		err = c.readWhole(ctx, segmentID, b)
 	}
-	defer rc.Close()
-	b, err := c.readWhole(rc, segmentID, size)
+	if err == nil {
+		err = checkWhole(segmentID, b)
+	}
 	c.verified(segmentID, err)
 	if err != nil {
 		return nil, err
@@ -460,25 +466,55 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	return b, nil
 }
 
-// readWhole reads segmentID's size bytes from rc and verifies them.
-func (c *Cached) readWhole(rc io.Reader, segmentID string, size int64) ([]byte, error) {
-	buf := make([]byte, size)
-	if _, err := io.ReadFull(rc, buf); err != nil { // rc counts the bytes read (openInner)
+// fillerInto is a store that reads a whole segment into a buffer of its
+// record's length itself (SQLite.FillInto); the caller verifies the hash.
+type fillerInto interface {
+	FillInto(ctx context.Context, segmentID string, buf []byte) error
+}
+
+// fillInto reads segmentID into buf through the store's FillInto, behind
+// the breaker, counting the bytes read.
+func (c *Cached) fillInto(ctx context.Context, fi fillerInto, segmentID string, buf []byte) error {
+	if err := c.guard(); err != nil {
+		return err
+	}
+	err := fi.FillInto(ctx, segmentID, buf)
+	c.observe(err)
+	if err == nil {
+		c.storeRead.Add(int64(len(buf)))
+	}
+	return err
+}
+
+// readWhole reads segmentID into buf, which is its record's length, by
+// the inner store's Open (openInner: behind the breaker, counted).
+func (c *Cached) readWhole(ctx context.Context, segmentID string, buf []byte) error {
+	rc, _, err := c.openInner(ctx, segmentID, 0, -1)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	if _, err := io.ReadFull(rc, buf); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
+			return fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
 		}
-		return nil, err
+		return err
 	}
 	var extra [1]byte
 	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
-		return nil, fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
+		return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
 	}
+	return nil
+}
+
+// checkWhole reports whether buf hashes to segmentID.
+func checkWhole(segmentID string, buf []byte) error {
 	sum := sha256.Sum256(buf)
 	var want [sha256.Size]byte
 	if _, err := hex.Decode(want[:], []byte(segmentID[7:])); err != nil || sum != want {
-		return nil, fmt.Errorf("store: %s: %w", segmentID, ErrCorruptSegment)
+		return fmt.Errorf("store: %s: %w", segmentID, ErrCorruptSegment)
 	}
-	return buf, nil
+	return nil
 }
 
 // Close stops the background work (Stop) and closes the inner store.

@@ -26,6 +26,15 @@ type SQLiteOptions struct {
 
 	// MaxOpenConns caps the pool of read-only connections. Zero means 4.
 	MaxOpenConns int
+
+	// JournalMode, when set, is told the file's journal mode (PRAGMA
+	// journal_mode: "wal", or a rollback mode such as "delete") each time
+	// the store opens the file: at OpenSQLite and when it reopens a file
+	// replaced at its path. It runs before OpenSQLite returns or the
+	// reopened file serves a call, and must not call the store.
+	JournalMode func(path, mode string)
+
+	noBusyHandler bool // SQLiteBlobs: no busy timeout (the caller retries)
 }
 
 // withDefaults is o with every zero field at its documented default.
@@ -53,12 +62,18 @@ const (
 // it is removed, calls fail with a fault. Safe for concurrent use.
 type SQLite struct {
 	path     string // absolute
-	dsn      string
+	dsn      string // with the busy timeout (Describe)
+	readDSN  string // without a busy handler: the pool's (retryBusy waits instead)
+	busy     time.Duration
 	maxConns int
 	blobOpts SQLiteOptions // for the blob pools (sqlite_stream.go)
 
+	onJournal func(path, mode string) // SQLiteOptions.JournalMode
+
 	cur      atomic.Pointer[sqliteHandle] // nil once closed
 	reopenMu sync.Mutex
+
+	lockFreeCounters // sqlite_lockfree.go
 }
 
 var errSQLiteClosed = errors.New("store: sqlite store is closed")
@@ -76,8 +91,10 @@ func OpenSQLite(path string, opts SQLiteOptions) (*SQLite, error) {
 	}
 	opts = opts.withDefaults()
 	busy, conns := opts.BusyTimeout, opts.MaxOpenConns
-	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), maxConns: conns,
-		blobOpts: opts}
+	blobOpts := opts
+	blobOpts.noBusyHandler = true // the handle's reads retry themselves (retryBusy)
+	s := &SQLite{path: abs, dsn: sqliteDSN(abs, busy), readDSN: sqliteDSN(abs, 0), busy: busy,
+		maxConns: conns, blobOpts: blobOpts, onJournal: opts.JournalMode}
 	h, err := s.openHandle(context.Background())
 	if err != nil {
 		return nil, err
@@ -136,14 +153,16 @@ func (s *SQLite) Lookup(ctx context.Context, segmentID string) (*Record, error) 
 
 	sh := h.shape.Load()
 	for attempt := 0; ; attempt++ {
-		rec, ver, err := h.lookup(ctx, sh.flags, segmentID)
+		var rec *Record
+		var ver int64
+		err := h.retryBusy(ctx, func() (err error) { rec, ver, err = h.lookup(ctx, sh.flags, segmentID); return err })
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("store: sqlite lookup: %w", ctx.Err())
 			}
 			// A table the statement names may have gone, or the file
 			// changed under us: re-detect, and retry if the shape moved.
-			nsh, derr := h.detect(ctx)
+			nsh, derr := h.detectWait(ctx)
 			if derr != nil {
 				return nil, fmt.Errorf("store: sqlite lookup: %w", derr)
 			}
@@ -163,7 +182,7 @@ func (s *SQLite) Lookup(ctx context.Context, segmentID string) (*Record, error) 
 		// The schema changed since the shape was detected (the writer
 		// migrated the file). The result holds if the shape is the same
 		// at the version the statement ran under; otherwise run again.
-		nsh, derr := h.detect(ctx)
+		nsh, derr := h.detectWait(ctx)
 		if derr != nil {
 			return nil, fmt.Errorf("store: sqlite lookup: %w", derr)
 		}
@@ -205,7 +224,7 @@ func (s *SQLite) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 	}
 	var b []byte
 	if err == nil {
-		err = h.openStmt.QueryRowContext(ctx, segmentID, off+1, n).Scan(&b)
+		err = h.retryBusy(ctx, func() error { return h.openStmt.QueryRowContext(ctx, segmentID, off+1, n).Scan(&b) })
 	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -213,7 +232,7 @@ func (s *SQLite) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 	case err != nil && ctx.Err() != nil:
 		return nil, fmt.Errorf("store: sqlite open: %w", ctx.Err())
 	case err != nil:
-		if _, derr := h.detect(ctx); derr != nil {
+		if _, derr := h.detectWait(ctx); derr != nil {
 			err = derr
 		}
 		return nil, fmt.Errorf("store: sqlite open: %w", err)

@@ -21,14 +21,15 @@ const blobCopyBuf = 128 << 10
 // SQLite's incremental blob I/O, in chunks, so a segment of any size costs
 // one fixed buffer rather than a copy of the whole blob (which is what
 // SQLite.Open's substr read allocates). It opens the file read-only with
-// its own pool of zombiezen.com/go/sqlite connections beside the
-// database/sql pool of SQLite; to be folded into SQLite later.
+// its own pool of zombiezen.com/go/sqlite connections; SQLite keeps one
+// per handle for its chunked reads (readChunk, blobSize).
 //
 // Each CopyBlob is one read transaction: it pins the WAL snapshot (and so
-// holds back the writer's checkpoints) for as long as the copy takes, so
-// give it a fast writer (a local file, e.g. a disk-cache fill), never a
-// client connection. Unlike SQLite it does not reopen a file replaced at
-// its path. Safe for concurrent use.
+// holds back the writer's checkpoints) for as long as the copy takes, and
+// in a rollback-journal file its SHARED lock fails a writer without a busy
+// handler for as long: the edge's fills use SQLite.CopyBlob instead
+// (sqlite_lockfree.go). Unlike SQLite it does not reopen a file replaced
+// at its path. Safe for concurrent use.
 type SQLiteBlobs struct {
 	path string
 	pool *sqlitex.Pool
@@ -60,7 +61,9 @@ func OpenSQLiteBlobs(path string, opts SQLiteOptions) (*SQLiteBlobs, error) {
 		Flags:    sqlite.OpenReadOnly | sqlite.OpenURI,
 		PoolSize: conns,
 		PrepareConn: func(conn *sqlite.Conn) error {
-			conn.SetBusyTimeout(busy)
+			if !opts.noBusyHandler {
+				conn.SetBusyTimeout(busy)
+			}
 			return sqlitex.ExecuteTransient(conn, "PRAGMA query_only = 1", nil)
 		},
 	})

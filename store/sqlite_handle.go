@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // sqliteHandle is one pool opened on one file (inode).
@@ -20,7 +21,11 @@ type sqliteHandle struct {
 	detectStmt *sql.Stmt
 	openStmt   *sql.Stmt
 	sizeStmt   *sql.Stmt
-	blobPool   blobPool // incremental blob I/O (sqlite_stream.go)
+	blobPool   blobPool      // incremental blob I/O (sqlite_stream.go)
+	lockFree   lockFreePool  // nolock reads of fills (sqlite_lockfree.go)
+	journal    string        // PRAGMA journal_mode when the pool opened
+	busy       time.Duration // how long retryBusy retries
+	probe      uint64        // the file for writerActive (sqlite_writerwait_*.go); 0: none
 	shape      atomic.Pointer[sqliteShape]
 
 	stmtMu sync.Mutex
@@ -35,28 +40,43 @@ func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("store: sqlite: %s is not a regular file", s.path)
 	}
-	db, err := sql.Open("sqlite", s.dsn)
+	db, err := sql.Open("sqlite", s.readDSN)
 	if err != nil {
 		return nil, fmt.Errorf("store: sqlite: open %s: %w", s.path, err)
 	}
 	db.SetMaxOpenConns(s.maxConns)
 	db.SetMaxIdleConns(s.maxConns)
-	h := &sqliteHandle{db: db, fi: fi, stmts: make(map[shapeFlags]*sql.Stmt)}
+	h := &sqliteHandle{db: db, fi: fi, busy: s.busy, stmts: make(map[shapeFlags]*sql.Stmt)}
 	fail := func(err error) (*sqliteHandle, error) {
 		h.close()
 		return nil, fmt.Errorf("store: sqlite: open %s: %w", s.path, err)
 	}
-	if h.detectStmt, err = db.PrepareContext(ctx, detectSQL); err != nil {
+	// Until the journal mode is known, reads wait for a writer as in a
+	// rollback journal (a WAL file never shows one).
+	h.journal = "delete"
+	h.probe = writerProbe(fi)
+	prep := func(st **sql.Stmt, q string) error {
+		return h.retryBusy(ctx, func() (err error) { *st, err = db.PrepareContext(ctx, q); return err })
+	}
+	if err := prep(&h.detectStmt, detectSQL); err != nil {
 		return fail(err)
 	}
-	if _, err := h.detect(ctx); err != nil {
+	if _, err := h.detectWait(ctx); err != nil {
 		return fail(err)
 	}
-	if h.openStmt, err = db.PrepareContext(ctx, openSQL); err != nil {
+	if err := prep(&h.openStmt, openSQL); err != nil {
 		return fail(err)
 	}
-	if h.sizeStmt, err = db.PrepareContext(ctx, sizeSQL); err != nil {
+	if err := prep(&h.sizeStmt, sizeSQL); err != nil {
 		return fail(err)
+	}
+	var mode string
+	if err := h.retryBusy(ctx, func() (err error) { mode, err = readJournalMode(ctx, h); return err }); err != nil {
+		return fail(fmt.Errorf("journal mode: %w", err))
+	}
+	h.journal = mode
+	if s.onJournal != nil {
+		s.onJournal(s.path, h.journal)
 	}
 	return h, nil
 }
@@ -78,6 +98,7 @@ func (h *sqliteHandle) close() error {
 		h.sizeStmt.Close()
 	}
 	h.blobPool.close()
+	h.lockFree.close()
 	return h.db.Close()
 }
 

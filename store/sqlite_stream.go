@@ -59,30 +59,13 @@ func (p *blobPool) close() {
 	}
 }
 
-// CopyBlob writes the bytes of segmentID to w in one short read
-// transaction with bounded memory (SQLiteBlobs.CopyBlob) on the file now
-// at the store's path. It is the disk tier's fill source: give it a fast
-// writer, never a client connection.
-func (s *SQLite) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error) {
-	h, err := s.acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer h.use.RUnlock()
-	b, err := h.blobPool.get(s.path, s.blobOpts)
-	if err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
-	}
-	return b.CopyBlob(ctx, segmentID, w)
-}
-
 // openStream answers Open for a blob longer than sqliteChunk: the range
 // [off, end) streams in chunks; nil, nil when the value is small (or TEXT)
 // and the substr query should answer.
 func (s *SQLite) openStream(ctx context.Context, h *sqliteHandle, segmentID string, off, n int64) (io.ReadCloser, error) {
 	var typ string
 	var size int64
-	err := h.sizeStmt.QueryRowContext(ctx, segmentID).Scan(&typ, &size)
+	err := h.retryBusy(ctx, func() error { return h.sizeStmt.QueryRowContext(ctx, segmentID).Scan(&typ, &size) })
 	if err != nil {
 		return nil, err // sql.ErrNoRows included: Open maps it
 	}
@@ -149,7 +132,7 @@ func (st *sqliteStream) fill() error {
 	if err != nil {
 		return fmt.Errorf("store: sqlite open: %w", err)
 	}
-	if err := b.readChunk(st.ctx, st.id, st.size, st.pos, st.buf); err != nil {
+	if err := h.retryBusy(st.ctx, func() error { return b.readChunk(st.ctx, st.id, st.size, st.pos, st.buf) }); err != nil {
 		return err
 	}
 	st.pos += want

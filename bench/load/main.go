@@ -30,6 +30,10 @@
 //	(j) outage: versitygw frozen (SIGSTOP) for -outage (60 s) under load:
 //	    answers by kind (segments the edge holds, segments it never read)
 //	    and phase, with the default grace and with grace 0.
+//	(k) writer: a sync-server writer without a busy timeout committing
+//	    every 20 ms beside 100 cold clients on 8 segments (one of 24 MiB):
+//	    its failed commits and the share of time the edge held a read
+//	    lock, in a rollback journal and in WAL.
 //
 // (a) and (b) alternate edge and plain runs (ABBA order) over several
 // rounds and report medians and ratios, of requests/s and of the serving
@@ -96,6 +100,7 @@ var scenarios = []scenario{
 	{"h", "restart: the disk tier serves without store reads", restartScenario},
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
 	{"j", "store outage: answers by kind through a frozen store (grace, breaker)", outageScenario},
+	{"k", "a busy-handler-free writer beside a cold storm: failed commits and read-lock share, rollback journal and WAL", writerScenario},
 }
 
 // selected returns the scenarios -only names, in list order.

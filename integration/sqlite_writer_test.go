@@ -1,0 +1,185 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/syncular/caddy-syncular/internal/busywriter"
+)
+
+// Beside the running edge, the sync server's own writes never fail: a
+// writer in the reference's configuration (one connection, no busy
+// timeout) commits a small transaction every 20 ms while a crowd of cold
+// clients downloads 8 segments, one of them 24 MiB (a disk-tier fill),
+// through the real binary. In a rollback-journal file at most 1 commit in
+// 20 (rounded up) may fail; in WAL none. Every body must hash to its id.
+// The edge before the lock-free fills failed 10-50% of such commits (14 of
+// 64 in this test). The target of 1 in 500 is measured by the bench's
+// writer scenario (k), over more commits: the few failures left come from
+// record lookups that a loaded machine deschedules while they hold their
+// short read lock, and a test of a few tens of commits cannot tell 1 in
+// 500 from 1 in 50 without flaking.
+
+const writerSite = `{
+	admin 127.0.0.1:{{ADMIN}}
+	default_bind 127.0.0.1
+	log {
+		level INFO
+		output file {{DIR}}/server.log
+	}
+}
+
+http://127.0.0.1:{{PORT}} {
+	syncular_segments /segments/* {
+		key {env.SEG_KEY}
+		audience template aud:{partition}
+		store sqlite STORE_PATH
+		untokened reject
+	}
+}
+`
+
+// writerSegments are the storm's 8 segments: 7 small (memory tier) and one
+// of 24 MiB (disk tier).
+func writerSegments() [][]byte {
+	sizes := []int{16 << 10, 64 << 10, 200 << 10, 512 << 10, 1 << 20, 2<<20 + 5, 3 << 20, 24 << 20}
+	segs := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		segs[i] = pseudoRandom(n, byte(40+i))
+	}
+	return segs
+}
+
+// writerClients is the crowd's size (SYNCULAR_WRITER_CLIENTS overrides).
+func writerClients() int {
+	n := 50
+	if v := os.Getenv("SYNCULAR_WRITER_CLIENTS"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	return max(1, min(n, 200))
+}
+
+func TestSQLiteWriterBesideStorm(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a storm of downloads")
+	}
+	segs := writerSegments()
+	for _, mode := range []string{"delete", "wal"} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "sync.db")
+			ids := seedStore(t, path, mode, segs...)
+			if err := busywriter.Prepare(path); err != nil {
+				t.Fatal(err)
+			}
+			key := randKey(t)
+			c := startCaddy(t, strings.Replace(writerSite, "STORE_PATH", path, 1), "SEG_KEY="+key)
+
+			probe, err := busywriter.StartProbe(path, 500*time.Microsecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer probe.Stop()
+			w, err := busywriter.Start(path, 20*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // the writer runs before, during and after the storm
+			start := time.Now()
+			bad := stormAll(t, c.Base, key, ids, writerClients())
+			took := time.Since(start)
+			time.Sleep(200 * time.Millisecond)
+			res := w.Stop()
+			share, samples := probe.Share()
+			t.Logf("%s: %d clients x %d segments in %s; writer: %s; edge held a read lock in %.2f%% of %d samples",
+				mode, writerClients(), len(ids), took.Round(time.Millisecond), res, 100*share, samples)
+			if bad != "" {
+				t.Errorf("downloads: %s", bad)
+			}
+			if res.Commits < 10 {
+				t.Fatalf("only %d commits: the writer did not run", res.Commits)
+			}
+			switch mode {
+			case "wal":
+				if res.Failed != 0 {
+					t.Errorf("WAL: %s, want 0 failed", res)
+				}
+			default:
+				// At most 1 in 20, rounded up (see the comment above).
+				if allowed := (res.Commits + 19) / 20; res.Failed > allowed {
+					t.Errorf("rollback journal: %s, want at most %d (1 in 20, rounded up)", res, allowed)
+				}
+			}
+			// One warning naming the fix, in rollback mode only.
+			logs, _ := os.ReadFile(filepath.Join(c.Dir(), "server.log"))
+			warned := strings.Count(string(logs), "PRAGMA journal_mode=WAL")
+			if want := map[string]int{"delete": 1, "wal": 0}[mode]; warned != want {
+				t.Errorf("%d journal-mode warnings in the log, want %d:\n%s", warned, want, logs)
+			}
+		})
+	}
+}
+
+// stormAll has n clients download every segment once each, in an order of
+// their own, with a token each; "" when every answer was 200 with bytes
+// hashing to the id, else a summary of what went wrong.
+func stormAll(t *testing.T, base, key string, ids []string, n int) string {
+	t.Helper()
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+	defer hc.CloseIdleConnections()
+	var mu sync.Mutex
+	fails := map[string]int{}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			order := rand.New(rand.NewPCG(uint64(i), 7)).Perm(len(ids))
+			for _, k := range order {
+				id := ids[k]
+				why := fetchVerified(hc, signURL(base, key, id, time.Hour+time.Duration(i)*time.Second), id)
+				if why != "" {
+					mu.Lock()
+					fails[why]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(fails) == 0 {
+		return ""
+	}
+	return fmt.Sprint(fails)
+}
+
+// fetchVerified GETs url and checks the body hashes to id; "" when it
+// does, else why not.
+func fetchVerified(hc *http.Client, url, id string) string {
+	resp, err := hc.Get(url)
+	if err != nil {
+		return "request: " + err.Error()
+	}
+	defer resp.Body.Close()
+	h := sha256.New()
+	_, err = io.Copy(h, resp.Body)
+	switch {
+	case resp.StatusCode != 200:
+		return fmt.Sprintf("status %d", resp.StatusCode)
+	case err != nil:
+		return "body: " + err.Error()
+	case "sha256:"+hex.EncodeToString(h.Sum(nil)) != id:
+		return "body does not hash to its id"
+	}
+	return ""
+}

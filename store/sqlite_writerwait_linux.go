@@ -1,0 +1,75 @@
+package store
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// SQLite's unix VFS lock bytes (os_unix.c): a writer's RESERVED and
+// PENDING locks are write locks on these two bytes, its EXCLUSIVE lock a
+// write lock on the SHARED range after them.
+const (
+	sqlitePendingByte = 0x40000000
+	sqliteLockEnd     = sqlitePendingByte + 2 + 510 // exclusive
+)
+
+// writerProbe identifies the file for writerActive: its inode, 0 when
+// unknown. The probe reads /proc/locks rather than asking fcntl on a
+// descriptor of its own: closing such a descriptor would drop every POSIX
+// lock this process holds on the file, its SQLite connections' included.
+func writerProbe(fi os.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}
+
+// writerActive reports whether another process holds a POSIX write lock
+// on the file's SQLite lock bytes: a writer between its first write and
+// the end of its commit. It reads /proc/locks and takes no lock; false
+// when that cannot be read.
+func writerActive(ino uint64) bool {
+	if ino == 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false
+	}
+	return locksShowWriter(b, ino, os.Getpid())
+}
+
+// locksShowWriter is writerActive's parse of /proc/locks lines such as
+// "3: POSIX  ADVISORY  WRITE 1234 fd:01:5678 1073741825 1073741825"
+// (waiters, "3: -> POSIX ...", hold nothing and are skipped).
+func locksShowWriter(b []byte, ino uint64, self int) bool {
+	want := []byte(":" + strconv.FormatUint(ino, 10))
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := bytes.Fields(sc.Bytes())
+		if len(f) < 8 || string(f[1]) == "->" || string(f[1]) != "POSIX" && string(f[1]) != "OFDLCK" ||
+			string(f[3]) != "WRITE" || !bytes.HasSuffix(f[5], want) {
+			continue
+		}
+		if pid, err := strconv.Atoi(string(f[4])); err == nil && pid == self {
+			continue
+		}
+		start, err := strconv.ParseInt(string(f[6]), 10, 64)
+		if err != nil {
+			continue
+		}
+		end := int64(1 << 62)
+		if string(f[7]) != "EOF" {
+			if end, err = strconv.ParseInt(string(f[7]), 10, 64); err != nil {
+				continue
+			}
+		}
+		if start < sqliteLockEnd && end >= sqlitePendingByte { // end is inclusive
+			return true
+		}
+	}
+	return false
+}
