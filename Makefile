@@ -46,9 +46,10 @@ test: vet unit fuzz integration
 vet:
 	$(GO) vet ./...
 
-# Unit tests of the S3 store run against a real versitygw: install it first.
+# Unit tests of the S3 store run against a real versitygw, and the bench's nginx
+# peer is tested against a real nginx (Debian's, installed when missing).
 unit:
-	scripts/tools.sh versitygw
+	scripts/tools.sh versitygw nginx
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 	# Allocation counts (sync.Pool drops items under -race, so these skip there).
 	$(GO) test -count=1 -run 'Alloc' ./token/ ./caddymodule/ ./compress/

@@ -16,7 +16,7 @@ import (
 
 // The nginx peer serves a file only behind its own valid secure link,
 // runs as this process's child with its files in the run's directory, and
-// is gone after cleanup. Needs Debian's nginx (make bench installs it).
+// is gone after cleanup. Needs Debian's nginx (make unit and make bench install it).
 func TestNginxPeer(t *testing.T) {
 	if _, err := nginxBinary(); err != nil {
 		t.Skipf("%v: the peer is measured only where nginx is installed", err)
