@@ -98,34 +98,43 @@ func (b *SQLiteBlobs) check(ctx context.Context) error {
 	return nil
 }
 
-// CopyBlob writes the bytes of segmentID to w and returns how many it
-// wrote. ErrNotFound when there is no row; ErrCorruptSegment when the blob
-// is not the row's byte_length long. The row lookup and the whole copy
-// are one read transaction, so the bytes are one snapshot even while the
-// writer replaces or deletes the row. An error from w is returned as is.
-func (b *SQLiteBlobs) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (n int64, err error) {
+// readTx runs fn on a pooled connection inside one read transaction,
+// which it ends before the connection goes back to the pool. op names the
+// operation in errors ("sqlite copy", "sqlite open"). Every blob read of
+// the edge goes through here, so none holds its lock past fn.
+func (b *SQLiteBlobs) readTx(ctx context.Context, op string, fn func(conn *sqlite.Conn) error) (err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
+		return fmt.Errorf("store: %s: %w", op, err)
 	}
 	conn, err := b.pool.Take(ctx) // interrupts the connection when ctx ends
 	if err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
+		return fmt.Errorf("store: %s: %w", op, err)
 	}
 	defer b.pool.Put(conn)
 	if err := sqlitex.Execute(conn, "BEGIN", nil); err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return fmt.Errorf("store: %s: %w", op, err)
 	}
 	defer func() {
 		// An interrupted connection refuses every statement: lift the
 		// interrupt so the transaction ends before the connection goes
-		// back to the pool (an open one would pin the snapshot).
+		// back to the pool (an open one would pin the snapshot, and in a
+		// rollback journal hold the writer off).
 		conn.SetInterrupt(nil)
 		if rerr := sqlitex.Execute(conn, "ROLLBACK", nil); rerr != nil && err == nil {
-			err = fmt.Errorf("store: sqlite copy: end transaction: %w", rerr)
+			err = fmt.Errorf("store: %s: end transaction: %w", op, rerr)
 		}
 	}()
+	return fn(conn)
+}
 
-	rowid, length, found := int64(0), int64(0), false
+// openRowBlob opens the bytes of segmentID's row on conn (inside readTx)
+// and returns the blob and the row's byte_length. found is false without
+// a row; the caller closes the blob.
+func (b *SQLiteBlobs) openRowBlob(ctx context.Context, conn *sqlite.Conn, segmentID string) (blob *sqlite.Blob, length int64, found bool, err error) {
+	rowid := int64(0)
 	err = sqlitex.Execute(conn, `SELECT rowid, byte_length FROM sync_segments WHERE segment_id = ?1`,
 		&sqlitex.ExecOptions{
 			Args: []any{segmentID},
@@ -135,38 +144,68 @@ func (b *SQLiteBlobs) CopyBlob(ctx context.Context, segmentID string, w io.Write
 			},
 		})
 	if err != nil {
-		return 0, b.fault(ctx, err)
+		return nil, 0, false, b.fault(ctx, err)
 	}
 	if !found {
-		return 0, ErrNotFound
+		return nil, 0, false, nil
 	}
-	blob, err := conn.OpenBlob("", "sync_segments", "bytes", rowid, false)
+	blob, err = conn.OpenBlob("", "sync_segments", "bytes", rowid, false)
 	if err != nil {
-		return 0, b.fault(ctx, err)
+		return nil, 0, true, b.fault(ctx, err)
 	}
-	defer blob.Close()
-	if blob.Size() != length {
-		return 0, fmt.Errorf("store: sqlite copy: %w: blob is %d bytes, byte_length %d",
-			ErrCorruptSegment, blob.Size(), length)
-	}
-	buf := make([]byte, min(blobCopyBuf, max(length, 1)))
-	for n < length {
-		m, rerr := blob.Read(buf)
-		if m > 0 {
-			wm, werr := w.Write(buf[:m])
-			n += int64(wm)
-			if werr != nil {
-				return n, werr
+	return blob, length, true, nil
+}
+
+// CopyBlob writes the bytes of segmentID to w and returns how many it
+// wrote. ErrNotFound when there is no row; ErrCorruptSegment when the blob
+// is not the row's byte_length long. The row lookup and the whole copy
+// are one read transaction, so the bytes are one snapshot even while the
+// writer replaces or deletes the row. An error from w is returned as is.
+func (b *SQLiteBlobs) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (n int64, err error) {
+	err = b.readTx(ctx, "sqlite copy", func(conn *sqlite.Conn) error {
+		blob, length, err := b.openSizedBlob(ctx, conn, segmentID)
+		if err != nil {
+			return err
+		}
+		defer blob.Close()
+		buf := make([]byte, min(blobCopyBuf, max(length, 1)))
+		for n < length {
+			m, rerr := blob.Read(buf)
+			if m > 0 {
+				wm, werr := w.Write(buf[:m])
+				n += int64(wm)
+				if werr != nil {
+					return werr
+				}
+			}
+			if rerr == io.EOF {
+				break
+			}
+			if rerr != nil {
+				return b.fault(ctx, rerr)
 			}
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return n, b.fault(ctx, rerr)
-		}
+		return nil
+	})
+	return n, err
+}
+
+// openSizedBlob is openRowBlob with its two refusals: ErrNotFound without
+// a row, ErrCorruptSegment when the blob is not byte_length long.
+func (b *SQLiteBlobs) openSizedBlob(ctx context.Context, conn *sqlite.Conn, segmentID string) (*sqlite.Blob, int64, error) {
+	blob, length, found, err := b.openRowBlob(ctx, conn, segmentID)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case !found:
+		return nil, 0, ErrNotFound
 	}
-	return n, nil
+	if blob.Size() != length {
+		blob.Close()
+		return nil, 0, fmt.Errorf("store: sqlite copy: %w: blob is %d bytes, byte_length %d",
+			ErrCorruptSegment, blob.Size(), length)
+	}
+	return blob, length, nil
 }
 
 // fault wraps a database error, preferring the context's when it ended.

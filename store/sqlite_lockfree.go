@@ -401,48 +401,15 @@ func (s *SQLite) copyLocked(ctx context.Context, h *sqliteHandle, segmentID stri
 // transaction. ErrNotFound without a row; ErrCorruptSegment when the blob
 // is not byte_length long.
 func (b *SQLiteBlobs) blobSize(ctx context.Context, segmentID string) (size int64, err error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
-	}
-	conn, err := b.pool.Take(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
-	}
-	defer b.pool.Put(conn)
-	if err := sqlitex.Execute(conn, "BEGIN", nil); err != nil {
-		return 0, b.fault(ctx, err)
-	}
-	defer func() {
-		conn.SetInterrupt(nil)
-		if rerr := sqlitex.Execute(conn, "ROLLBACK", nil); rerr != nil && err == nil {
-			err = fmt.Errorf("store: sqlite copy: end transaction: %w", rerr)
+	err = b.readTx(ctx, "sqlite copy", func(conn *sqlite.Conn) error {
+		blob, length, err := b.openSizedBlob(ctx, conn, segmentID)
+		if err != nil {
+			return err
 		}
-	}()
-	rowid, length, found := int64(0), int64(0), false
-	err = sqlitex.Execute(conn, `SELECT rowid, byte_length FROM sync_segments WHERE segment_id = ?1`,
-		&sqlitex.ExecOptions{
-			Args: []any{segmentID},
-			ResultFunc: func(st *sqlite.Stmt) error {
-				rowid, length, found = st.ColumnInt64(0), st.ColumnInt64(1), true
-				return nil
-			},
-		})
-	if err != nil {
-		return 0, b.fault(ctx, err)
-	}
-	if !found {
-		return 0, ErrNotFound
-	}
-	blob, err := conn.OpenBlob("", "sync_segments", "bytes", rowid, false)
-	if err != nil {
-		return 0, b.fault(ctx, err)
-	}
-	defer blob.Close()
-	if blob.Size() != length {
-		return 0, fmt.Errorf("store: sqlite copy: %w: blob is %d bytes, byte_length %d",
-			ErrCorruptSegment, blob.Size(), length)
-	}
-	return length, nil
+		size = length
+		return blob.Close()
+	})
+	return size, err
 }
 
 // FillInto reads segmentID whole into buf, which is its record's

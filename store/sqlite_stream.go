@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"zombiezen.com/go/sqlite"
-	"zombiezen.com/go/sqlite/sqlitex"
 )
 
 // sqliteChunk is the most bytes SQLite.Open holds per reader. A read of a
@@ -150,50 +149,26 @@ func (st *sqliteStream) Close() error {
 
 // readChunk fills p with the bytes of segmentID from off, in one read
 // transaction, after checking the row's blob is still size bytes long.
-func (b *SQLiteBlobs) readChunk(ctx context.Context, segmentID string, size, off int64, p []byte) (err error) {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("store: sqlite open: %w", err)
-	}
-	conn, err := b.pool.Take(ctx)
-	if err != nil {
-		return fmt.Errorf("store: sqlite open: %w", err)
-	}
-	defer b.pool.Put(conn)
-	if err := sqlitex.Execute(conn, "BEGIN", nil); err != nil {
-		return fmt.Errorf("store: sqlite open: %w", err)
-	}
-	defer func() {
-		conn.SetInterrupt(nil)
-		if rerr := sqlitex.Execute(conn, "ROLLBACK", nil); rerr != nil && err == nil {
-			err = fmt.Errorf("store: sqlite open: end transaction: %w", rerr)
+func (b *SQLiteBlobs) readChunk(ctx context.Context, segmentID string, size, off int64, p []byte) error {
+	return b.readTx(ctx, "sqlite open", func(conn *sqlite.Conn) error {
+		blob, _, found, err := b.openRowBlob(ctx, conn, segmentID)
+		if err != nil {
+			return err
 		}
-	}()
-	rowid, found := int64(0), false
-	err = sqlitex.Execute(conn, `SELECT rowid FROM sync_segments WHERE segment_id = ?1`,
-		&sqlitex.ExecOptions{
-			Args:       []any{segmentID},
-			ResultFunc: func(st *sqlite.Stmt) error { rowid, found = st.ColumnInt64(0), true; return nil },
-		})
-	if err != nil {
-		return b.fault(ctx, err)
-	}
-	if !found {
-		return fmt.Errorf("store: sqlite open: the segment's row was removed mid-stream")
-	}
-	blob, err := conn.OpenBlob("", "sync_segments", "bytes", rowid, false)
-	if err != nil {
-		return b.fault(ctx, err)
-	}
-	defer blob.Close()
-	if blob.Size() != size {
-		return fmt.Errorf("store: sqlite open: %w: blob changed from %d to %d bytes mid-stream",
-			ErrCorruptSegment, size, blob.Size())
-	}
-	if _, err := blob.Seek(off, io.SeekStart); err != nil {
-		return b.fault(ctx, err)
-	}
-	if _, err := io.ReadFull(blob, p); err != nil {
-		return b.fault(ctx, err)
-	}
-	return nil
+		if !found {
+			return fmt.Errorf("store: sqlite open: the segment's row was removed mid-stream")
+		}
+		defer blob.Close()
+		if blob.Size() != size {
+			return fmt.Errorf("store: sqlite open: %w: blob changed from %d to %d bytes mid-stream",
+				ErrCorruptSegment, size, blob.Size())
+		}
+		if _, err := blob.Seek(off, io.SeekStart); err != nil {
+			return b.fault(ctx, err)
+		}
+		if _, err := io.ReadFull(blob, p); err != nil {
+			return b.fault(ctx, err)
+		}
+		return nil
+	})
 }
