@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
@@ -175,8 +174,7 @@ func (h *Handler) warnCorrupt(segID string, err error) {
 // diskCollector reports the counters of every live disk tier at scrape
 // time (a tier shared by several handlers is counted once).
 type diskCollector struct {
-	mu    sync.Mutex
-	disks map[*disk.Cache]int
+	disks refSet[*disk.Cache, struct{}]
 
 	bytes, files, reserved *prometheus.Desc
 	hits, fills, followers *prometheus.Desc
@@ -188,7 +186,6 @@ type diskCollector struct {
 func newDiskCollector(prefix string) *diskCollector {
 	p := prefix + "disk_"
 	return &diskCollector{
-		disks:      map[*disk.Cache]int{},
 		bytes:      prometheus.NewDesc(p+"bytes", "Bytes of the complete segment files the disk tier indexes.", nil, nil),
 		files:      prometheus.NewDesc(p+"files", "Complete segment files the disk tier indexes.", nil, nil),
 		reserved:   prometheus.NewDesc(p+"reserved_bytes", "Bytes the disk tier reserves for fills in progress.", nil, nil),
@@ -204,19 +201,8 @@ func newDiskCollector(prefix string) *diskCollector {
 	}
 }
 
-func (c *diskCollector) add(d *disk.Cache) {
-	c.mu.Lock()
-	c.disks[d]++
-	c.mu.Unlock()
-}
-
-func (c *diskCollector) remove(d *disk.Cache) {
-	c.mu.Lock()
-	if c.disks[d]--; c.disks[d] <= 0 {
-		delete(c.disks, d)
-	}
-	c.mu.Unlock()
-}
+func (c *diskCollector) add(d *disk.Cache)    { c.disks.add(d, struct{}{}) }
+func (c *diskCollector) remove(d *disk.Cache) { c.disks.remove(d) }
 
 func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bytes, c.files, c.reserved, c.hits, c.fills,
@@ -226,9 +212,8 @@ func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
 	var s disk.Stats
-	for d := range c.disks {
+	c.disks.each(func(d *disk.Cache, _ struct{}) {
 		st := d.Stats()
 		s.Bytes += st.Bytes
 		s.Files += st.Files
@@ -243,8 +228,7 @@ func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
 		s.BypassTooLarge += st.BypassTooLarge
 		s.BypassNoRoom += st.BypassNoRoom
 		s.BypassUnavailable += st.BypassUnavailable
-	}
-	c.mu.Unlock()
+	})
 	gauge := func(d *prometheus.Desc, v int64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v))
 	}

@@ -289,8 +289,7 @@ type cacheCollector struct {
 	breakerOpen, breakerTrips, fastFailures   *prometheus.Desc
 	corruptBackoffs                           *prometheus.Desc
 
-	mu     sync.Mutex
-	caches map[cacheStatser]int
+	caches refSet[cacheStatser, struct{}]
 }
 
 func newCacheCollector(prefix string) *cacheCollector {
@@ -319,25 +318,13 @@ func newCacheCollector(prefix string) *cacheCollector {
 			"Store calls answered at once, without calling the store, because its breaker was open.", nil, nil),
 		corruptBackoffs: prometheus.NewDesc(prefix+"store_corrupt_backoffs_total",
 			"Segment reads answered 503 without reading the store because its bytes failed verification less than a backoff ago.", nil, nil),
-		caches: map[cacheStatser]int{},
 	}
 }
 
 // add starts reporting s; remove stops. Both count references, so one
 // store shared by two handlers is reported once.
-func (c *cacheCollector) add(s cacheStatser) {
-	c.mu.Lock()
-	c.caches[s]++
-	c.mu.Unlock()
-}
-
-func (c *cacheCollector) remove(s cacheStatser) {
-	c.mu.Lock()
-	if c.caches[s]--; c.caches[s] <= 0 {
-		delete(c.caches, s)
-	}
-	c.mu.Unlock()
-}
+func (c *cacheCollector) add(s cacheStatser)    { c.caches.add(s, struct{}{}) }
+func (c *cacheCollector) remove(s cacheStatser) { c.caches.remove(s) }
 
 func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.hits
@@ -355,10 +342,9 @@ func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
 	var sum store.CacheStats
 	open := 0
-	for s := range c.caches {
+	c.caches.each(func(s cacheStatser, _ struct{}) {
 		st := s.Stats()
 		sum.RecordHits += st.RecordHits
 		sum.RecordMisses += st.RecordMisses
@@ -381,8 +367,7 @@ func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		sum.BreakerTrips += st.BreakerTrips
 		sum.FastFailures += st.FastFailures
 		sum.CorruptBackoffs += st.CorruptBackoffs
-	}
-	c.mu.Unlock()
+	})
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RecordHits), "record")
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.ByteHits), "bytes")
 	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.GraceHits), "grace")

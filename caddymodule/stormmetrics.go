@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -109,14 +108,8 @@ type flowStatser interface{ Flow() store.FlowStats }
 type flowCollector struct {
 	fills, followers, readBytes *prometheus.Desc
 
-	mu     sync.Mutex
-	caches map[flowStatser]*flowRef
-	disks  map[*disk.Cache]int
-}
-
-type flowRef struct {
-	backend string
-	refs    int
+	caches refSet[flowStatser, string] // the value: the store's backend
+	disks  refSet[*disk.Cache, struct{}]
 }
 
 func newFlowCollector(prefix string) *flowCollector {
@@ -127,44 +120,13 @@ func newFlowCollector(prefix string) *flowCollector {
 			"Requests attached now to a fill another request started, by tier (memory: waiting for the fill; disk: reading the fill as it lands).", []string{"tier"}, nil),
 		readBytes: prometheus.NewDesc(prefix+"store_read_bytes_total",
 			"Segment bytes read from the store (memory and disk fills, streamed bodies; records not counted), by backend: the store's egress.", []string{"backend"}, nil),
-		caches: map[flowStatser]*flowRef{},
-		disks:  map[*disk.Cache]int{},
 	}
 }
 
-func (c *flowCollector) addCache(s flowStatser, backend string) {
-	c.mu.Lock()
-	if r := c.caches[s]; r != nil {
-		r.refs++
-	} else {
-		c.caches[s] = &flowRef{backend: backend, refs: 1}
-	}
-	c.mu.Unlock()
-}
-
-func (c *flowCollector) removeCache(s flowStatser) {
-	c.mu.Lock()
-	if r := c.caches[s]; r != nil {
-		if r.refs--; r.refs <= 0 {
-			delete(c.caches, s)
-		}
-	}
-	c.mu.Unlock()
-}
-
-func (c *flowCollector) addDisk(d *disk.Cache) {
-	c.mu.Lock()
-	c.disks[d]++
-	c.mu.Unlock()
-}
-
-func (c *flowCollector) removeDisk(d *disk.Cache) {
-	c.mu.Lock()
-	if c.disks[d]--; c.disks[d] <= 0 {
-		delete(c.disks, d)
-	}
-	c.mu.Unlock()
-}
+func (c *flowCollector) addCache(s flowStatser, backend string) { c.caches.add(s, backend) }
+func (c *flowCollector) removeCache(s flowStatser)              { c.caches.remove(s) }
+func (c *flowCollector) addDisk(d *disk.Cache)                  { c.disks.add(d, struct{}{}) }
+func (c *flowCollector) removeDisk(d *disk.Cache)               { c.disks.remove(d) }
 
 func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.fills
@@ -173,21 +135,19 @@ func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
 	var memFills, memWaiting, diskFills, diskFollowing int64
 	read := map[string]int64{backendSQLite: 0, backendS3: 0}
-	for s, r := range c.caches {
+	c.caches.each(func(s flowStatser, backend string) {
 		f := s.Flow()
 		memFills += f.MemoryFills
 		memWaiting += f.MemoryWaiting
-		read[r.backend] += f.StoreReadBytes
-	}
-	for d := range c.disks {
+		read[backend] += f.StoreReadBytes
+	})
+	c.disks.each(func(d *disk.Cache, _ struct{}) {
 		st := d.Stats()
 		diskFills += st.FillsInFlight
 		diskFollowing += st.Following
-	}
-	c.mu.Unlock()
+	})
 	gauge := func(d *prometheus.Desc, v int64, label string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), label)
 	}

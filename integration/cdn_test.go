@@ -322,4 +322,3 @@ func TestCDNConfigRefused(t *testing.T) {
 }
 
 var caddyRegion = regexp.MustCompile(`(?m)^(\s*region)\s+\S+\s*$`)
-
