@@ -31,7 +31,7 @@ const (
 	defaultVerifyStore    = true                        // verify_store_on_start
 	defaultGrace          = store.DefaultGrace          // grace: 5m
 
-	defaultStoreConcurrency = store.DefaultStoreSlots     // store_concurrency: 32
+	defaultStoreConcurrency = store.DefaultStoreSlots     // store_concurrency: 16
 	defaultStoreQueue       = store.DefaultStoreQueue     // store_queue: 1024
 	defaultStoreQueueWait   = store.DefaultStoreQueueWait // store_queue_wait: 2s
 )

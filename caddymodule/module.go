@@ -99,7 +99,7 @@ type Handler struct {
 	// counted). Reads beyond it wait their tenant's turn (round-robin by
 	// verified audience) in a list bounded by store_queue and
 	// store_queue_wait, then are answered 503 edge.overloaded with a
-	// Retry-After. Default (absent): 32. 0: no cap.
+	// Retry-After. Default (absent): 16. 0: no cap.
 	StoreConcurrency *int `json:"store_concurrency,omitempty"`
 
 	// Most store reads waiting for a slot of store_concurrency; a read

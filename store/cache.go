@@ -107,7 +107,7 @@ type CacheOptions struct {
 
 // DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
 // bytes 64 MiB, segments up to 8 MiB cached, shared calls bounded by 5s,
-// records kept deciding grants for 5m of a store outage, at most 32 store
+// records kept deciding grants for 5m of a store outage, at most 16 store
 // reads at once with 1,024 waiting up to 2s each.
 func DefaultCacheOptions() CacheOptions {
 	return CacheOptions{

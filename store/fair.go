@@ -39,14 +39,16 @@ var ErrOverloaded = errors.New("store: overloaded: too many store reads waiting"
 // Default gate settings (FairOptions).
 const (
 	// DefaultStoreSlots: distinct store reads at once. A cold S3 read is
-	// latency-bound (tens of ms to its first byte): 32 reads in flight of
-	// 1 MiB segments at 50 ms move 640 MB/s, more than a 1 Gbit/s link,
-	// and 32 record reads at 20 ms answer 1,600 distinct cold lookups a
-	// second. A SQLite read is CPU-bound (about 340 MB/s per core): 32 is
-	// far more than the cores of a small edge, so the cap costs nothing
-	// there until a storm, when it keeps the reads of one tenant from
-	// taking every core and connection.
-	DefaultStoreSlots = 32
+	// latency-bound (tens of ms to its first byte): 16 reads in flight of
+	// 1 MiB segments at 50 ms move 320 MB/s, more than a 1 Gbit/s link,
+	// and 16 record reads at 20 ms answer 800 distinct cold lookups a
+	// second, so one tenant's bootstrap of 400 cold segments (800 reads)
+	// fits in the queue's wait. A SQLite read is CPU-bound (about 340 MB/s
+	// per core): 16 already keep every core of a small edge busy. Bench
+	// scenario m measured 16 against 32, 8 and 4 with the store on the
+	// edge's 2 cores: 32 let the storm's reads slow the other tenant's
+	// more, and fewer than 16 did not shorten them consistently.
+	DefaultStoreSlots = 16
 	// DefaultStoreQueue: reads waiting for a slot. A waiter costs a
 	// goroutine and a few hundred bytes (its clients' connections are
 	// the server's); 1,024 of them is a few MiB.
@@ -70,7 +72,8 @@ type FairOptions struct {
 	QueueWait time.Duration
 }
 
-// DefaultFairOptions returns the defaults: 32 slots, 1,024 waiting, 2s.
+// DefaultFairOptions returns the defaults of a remote store: 16 slots,
+// 1,024 waiting, 2s.
 func DefaultFairOptions() FairOptions {
 	return FairOptions{Slots: DefaultStoreSlots, QueueMax: DefaultStoreQueue, QueueWait: DefaultStoreQueueWait}
 }
