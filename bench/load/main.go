@@ -134,6 +134,12 @@ func selected() ([]scenario, error) {
 func main() {
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *flagFairStorm != "" {
+		if err := fairStormChild(*flagFairStorm); err != nil {
+			log.Fatalf("bench: storm child: %v", err)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		cleanup()
 		log.Fatalf("bench: %v", err)

@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +39,8 @@ const (
 	fairPartB     = "bench-tenant-b"
 	fairRounds    = 4
 )
+
+var flagFairStorm = flag.String("fair-storm", "", "internal: run tenant A's clients of scenario (m) on this URL list")
 
 type fairRun struct {
 	name       string
@@ -169,31 +177,42 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 
 	res := &fairRun{name: label, storm: storm}
 	var mu sync.Mutex
-	var wgA, wgB sync.WaitGroup
-	gate := make(chan struct{})
+	var wgB sync.WaitGroup
+	// Tenant A's clients run in a process of their own (as they would on
+	// machines of their own): their goroutines do not delay B's in the
+	// scheduler of the process that times B.
+	var child *exec.Cmd
+	var childOut bytes.Buffer
 	if storm {
+		list := filepath.Join(e.dir, name+"-a.txt")
+		var lines strings.Builder
 		for _, s := range aSegs {
-			wgA.Add(1)
-			go func() {
-				defer wgA.Done()
-				<-gate
-				status, code, right, took := get(s)
-				mu.Lock()
-				defer mu.Unlock()
-				res.aSlowest = max(res.aSlowest, took)
-				switch {
-				case right:
-					res.aOK++
-				case status == 503 && code == "edge.overloaded":
-					res.aOver++
-				default:
-					res.aOther++
-				}
-			}()
+			tok := token.Sign(e.key, s.id, scopeDigest, "aud:"+s.part, time.Now().Add(time.Hour).Unix())
+			fmt.Fprintf(&lines, "%s %x\n", segURL(port, s.id, tok), s.sum)
 		}
+		if err := os.WriteFile(list, []byte(lines.String()), 0o600); err != nil {
+			return nil, err
+		}
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		child = exec.Command(self, "-fair-storm", list)
+		child.Stdout, child.Stderr = &childOut, os.Stderr
+		stdin, err := child.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := child.Start(); err != nil {
+			return nil, err
+		}
+		time.Sleep(300 * time.Millisecond) // its goroutines are parked on the start line
+		if _, err := io.WriteString(stdin, "go\n"); err != nil {
+			return nil, err
+		}
+		stdin.Close()
 	}
 	t0 := time.Now()
-	close(gate)
 	if storm {
 		time.Sleep(20 * time.Millisecond) // A's requests are in
 	}
@@ -213,14 +232,91 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 		}()
 	}
 	wgB.Wait()
-	wgA.Wait()
+	if child != nil {
+		if err := child.Wait(); err != nil {
+			return nil, fmt.Errorf("storm child: %w", err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(childOut.String()), "\n") {
+			var status, right int
+			var code string
+			var took time.Duration
+			if _, err := fmt.Sscanf(line, "%d %s %d %d", &status, &code, &right, &took); err != nil {
+				return nil, fmt.Errorf("storm child line %q: %w", line, err)
+			}
+			res.aSlowest = max(res.aSlowest, took)
+			switch {
+			case right == 1:
+				res.aOK++
+			case status == 503 && code == "edge.overloaded":
+				res.aOver++
+			default:
+				res.aOther++
+			}
+		}
+	}
 	res.took = time.Since(t0)
 	return res, nil
 }
 
+// fairStormChild is tenant A's clients: one concurrent download of each
+// "<url> <sha256 hex>" line of list, all started when stdin says go; one
+// line per download on stdout: status, error code ("-" for none), 1 when
+// the body hashed right, and its time in nanoseconds.
+func fairStormChild(list string) error {
+	raw, err := os.ReadFile(list)
+	if err != nil {
+		return err
+	}
+	lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+	tr := &http.Transport{MaxIdleConnsPerHost: len(lines), DisableCompression: true}
+	client := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	out := make([]string, len(lines))
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, l := range lines {
+		u, sum, _ := strings.Cut(l, " ")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			t0 := time.Now()
+			status, code, right := 0, "-", 0
+			if resp, err := client.Get(u); err != nil {
+				code = "transport"
+			} else {
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				status = resp.StatusCode
+				h := sha256.Sum256(body)
+				switch {
+				case err != nil:
+					code = "cut"
+				case status == 200 && fmt.Sprintf("%x", h) == sum:
+					right = 1
+				case status != 200:
+					var eb struct {
+						Code string `json:"code"`
+					}
+					if json.Unmarshal(body, &eb) == nil && eb.Code != "" {
+						code = eb.Code
+					}
+				}
+			}
+			out[i] = fmt.Sprintf("%d %s %d %d", status, code, right, time.Since(t0))
+		}()
+	}
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return err
+	}
+	close(gate)
+	wg.Wait()
+	_, err = fmt.Println(strings.Join(out, "\n"))
+	return err
+}
+
 func fairMarkdown(w func(string, ...any), runs []*fairRun) {
 	w("## (m) Fair store work: tenant B beside tenant A's cold storm, proxy mode from versitygw\n\n")
-	w("Tenant A: %d clients, each asking at once for a distinct cold segment of %d KiB; tenant B: %d clients downloading %d cold segments of their own one after another (from 20 ms after A's start). Each round is a fresh edge (cold memory and disk tier); B alone and B beside the storm alternate over %d rounds (ABBA) and pool their samples; default settings (store_concurrency 16, store_queue 1024, store_queue_wait 2s) unless named. Target: B's p95 beside the storm at most 3× B's p95 alone; A's downloads each get their bytes or 503 edge.overloaded (A's counts are summed over the rounds).\n\n",
+	w("Tenant A: %d clients, each asking at once for a distinct cold segment of %d KiB; tenant B: %d clients downloading %d cold segments of their own one after another (from 20 ms after A's start). A's clients run in a process of their own. Each round is a fresh edge (cold memory and disk tier); B alone and B beside the storm alternate over %d rounds (ABBA) and pool their samples; default settings (store_concurrency 16, store_queue 1024, store_queue_wait 2s) unless named. Target: B's p95 beside the storm at most 3× B's p95 alone; A's downloads each get their bytes or 503 edge.overloaded (A's counts are summed over the rounds).\n\n",
 		fairAClients, fairSize>>10, fairBClients, fairBSegments, fairRounds)
 	w("| edge | rounds | B right | B p50 | B p95 | B p95 / alone | A with bytes | A 503 edge.overloaded | A other | A slowest | slowest round |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var alone time.Duration
