@@ -204,10 +204,16 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 		g.refused.Add(1)
 		return nil, fmt.Errorf("%w (pushed out of the waiting list)", ErrOverloaded)
 	}
-	if cause != nil && !errors.Is(cause, ErrOverloaded) {
-		// Admitted as ctx ended: the slot goes on to the next waiter.
+	if err := ctx.Err(); err != nil {
+		// Admitted as ctx ended: the read would fail at once (and
+		// count against the store), so the slot goes on to the next
+		// waiter.
 		g.release()
-		return nil, fmt.Errorf("store: %w", cause)
+		if errors.Is(err, context.DeadlineExceeded) {
+			g.refused.Add(1)
+			return nil, fmt.Errorf("%w (waited for a read slot)", ErrOverloaded)
+		}
+		return nil, fmt.Errorf("store: %w", err)
 	}
 	return g.releaser(), nil
 }
