@@ -52,6 +52,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        origin_path <path>                         # optional, e.g. /segments: put before the object key
 //	    }
 //	    store_timeout    <duration>                    # default 5s; must be positive
+//	    store_concurrency <n>                          # default 16: distinct store reads at once; 0: no cap
+//	    store_queue      <n>                           # default 1024: store reads waiting for a slot; 0: none wait
+//	    store_queue_wait <duration>                    # default 2s: longest wait for a slot, then 503 edge.overloaded
 //	    grace            <duration>                    # default 5m: records keep deciding grants while the store cannot be read; 0 turns it off
 //	    max_token_length <bytes>                       # default 4096
 //	    disable_metrics                                # no caddy_syncular_* metrics
@@ -121,6 +124,18 @@ var subdirectives = map[string]func(h *Handler, d *caddyfile.Dispenser) error{
 	},
 	"store_timeout": func(h *Handler, d *caddyfile.Dispenser) (err error) {
 		h.StoreTimeout, err = parseDuration(d, true)
+		return err
+	},
+	"store_concurrency": func(h *Handler, d *caddyfile.Dispenser) (err error) {
+		h.StoreConcurrency, err = parseCount(d, "store_concurrency")
+		return err
+	},
+	"store_queue": func(h *Handler, d *caddyfile.Dispenser) (err error) {
+		h.StoreQueue, err = parseCount(d, "store_queue")
+		return err
+	},
+	"store_queue_wait": func(h *Handler, d *caddyfile.Dispenser) (err error) {
+		h.StoreQueueWait, err = parseDuration(d, true)
 		return err
 	},
 	"max_token_length": func(h *Handler, d *caddyfile.Dispenser) error {
@@ -378,3 +393,17 @@ func parseDuration(d *caddyfile.Dispenser, positive bool) (caddy.Duration, error
 
 // Interface guards
 var _ caddyfile.Unmarshaler = (*Handler)(nil)
+
+// parseCount parses one non-negative integer argument of sub (explicit:
+// 0 is a value, not the default).
+func parseCount(d *caddyfile.Dispenser, sub string) (*int, error) {
+	v, err := oneArg(d)
+	if err != nil {
+		return nil, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return nil, d.Errf("%s must be a number, 0 or more, not %q", sub, v)
+	}
+	return &n, nil
+}

@@ -66,6 +66,12 @@ func (d *decision) refuse(w http.ResponseWriter, e protoError, msg string) {
 
 // storeFault answers a store that failed or timed out.
 func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, d *decision, op string, err error) {
+	if errors.Is(err, store.ErrOverloaded) {
+		// The store's read slots and waiting list are taken (the
+		// store was not called): a retry later, spread.
+		h.refuseOverloaded(w, d, "too many segment store reads in progress")
+		return
+	}
 	e, msg := errStoreDown, "segment store unavailable"
 	if errors.Is(err, context.DeadlineExceeded) {
 		e, msg = errStoreTimeout, "segment store timed out"

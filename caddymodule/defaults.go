@@ -30,6 +30,10 @@ const (
 	defaultPathStyle      = true                        // store s3 path_style
 	defaultVerifyStore    = true                        // verify_store_on_start
 	defaultGrace          = store.DefaultGrace          // grace: 5m
+
+	defaultStoreConcurrency = store.DefaultStoreSlots     // store_concurrency: 16
+	defaultStoreQueue       = store.DefaultStoreQueue     // store_queue: 1024
+	defaultStoreQueueWait   = store.DefaultStoreQueueWait // store_queue_wait: 2s
 )
 
 // Values of Handler.Untokened.
@@ -51,6 +55,22 @@ func defaultDelivery(backend string) string {
 		return DeliveryRedirect
 	}
 	return DeliveryServe
+}
+
+// fairOptions is the store read gate of store_concurrency, store_queue
+// and store_queue_wait (defaults applied).
+func (h *Handler) fairOptions() store.FairOptions {
+	o := store.FairOptions{Slots: defaultStoreConcurrency, QueueMax: defaultStoreQueue, QueueWait: time.Duration(h.StoreQueueWait)}
+	if h.StoreConcurrency != nil {
+		o.Slots = *h.StoreConcurrency
+	}
+	if h.StoreQueue != nil {
+		o.QueueMax = *h.StoreQueue
+	}
+	if o.QueueWait <= 0 {
+		o.QueueWait = defaultStoreQueueWait
+	}
+	return o
 }
 
 // setDefaults fills every unset option with its default. It does no I/O.
@@ -81,6 +101,12 @@ func (h *Handler) setDefaults() error {
 	}
 	if h.StoreTimeout == 0 {
 		h.StoreTimeout = caddy.Duration(defaultStoreTimeout)
+	}
+	if h.StoreQueueWait == 0 {
+		h.StoreQueueWait = caddy.Duration(defaultStoreQueueWait)
+	}
+	if (h.StoreConcurrency != nil && *h.StoreConcurrency < 0) || (h.StoreQueue != nil && *h.StoreQueue < 0) || h.StoreQueueWait < 0 {
+		return errors.New("syncular_segments: store_concurrency, store_queue and store_queue_wait must not be negative")
 	}
 	if h.MaxTokenLength == 0 {
 		h.MaxTokenLength = defaultMaxTokenLength

@@ -105,9 +105,10 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 			if l == nil {
 				return
 			}
-			if errors.Is(err, store.ErrStoreDown) {
-				// A fill refused by the store's open breaker: the
-				// breaker's own warning says it once.
+			if errors.Is(err, store.ErrStoreDown) || errors.Is(err, store.ErrOverloaded) {
+				// A fill refused by the store's open breaker (its own
+				// warning says it once) or by its read gate (counted
+				// in store_reads_refused_total): not the disk's fault.
 				l.Debug(msg, zap.String("dir", abs), zap.Error(err))
 				return
 			}

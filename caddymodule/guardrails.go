@@ -116,6 +116,11 @@ func (h *Handler) configWarnings(repl *caddy.Replacer) []string {
 			}
 		}
 	}
+	if h.StoreQueueWait >= h.StoreTimeout && (h.StoreConcurrency == nil || *h.StoreConcurrency > 0) {
+		w = append(w, fmt.Sprintf("syncular_segments: store_queue_wait %v is not below store_timeout %v, which bounds a store read's "+
+			"wait for a slot and the read together: a read admitted late times out (504) instead of running; lower store_queue_wait "+
+			"(default %v) or raise store_timeout", time.Duration(h.StoreQueueWait), time.Duration(h.StoreTimeout), defaultStoreQueueWait))
+	}
 	if s := h.Store; s != nil && s.Backend == backendS3 && s.S3 != nil {
 		if p := repl.ReplaceKnown(s.S3.Prefix, ""); p != "" && !strings.HasSuffix(p, "/") {
 			w = append(w, fmt.Sprintf("syncular_segments: store s3 prefix %q does not end in \"/\": object keys are the prefix as "+

@@ -133,6 +133,9 @@ func TestConfigWarnings(t *testing.T) {
 		{"only max_bytes below the default max_entry", Handler{Keys: []string{env}, Audience: tmpl, Store: sqlite, Cache: &CacheConfig{MaxBytes: size(1 << 20)}}, nil},
 		{"s3 prefix without /", Handler{Keys: []string{env}, Audience: tmpl, Store: s3("syncular", "{env.GUARD_S3_SECRET}")}, []string{`store s3 prefix "syncular" does not end in "/"`}},
 		{"s3 prefix from env without /", Handler{Keys: []string{env}, Audience: tmpl, Store: s3("{env.GUARD_PREFIX}", "{env.GUARD_S3_SECRET}")}, []string{`store s3 prefix "edge" does not end in "/"`}},
+		{"store_queue_wait below store_timeout", Handler{Keys: []string{env}, Audience: tmpl, Store: sqlite, StoreQueueWait: caddy.Duration(4 * time.Second)}, nil},
+		{"store_queue_wait at store_timeout", Handler{Keys: []string{env}, Audience: tmpl, Store: sqlite, StoreQueueWait: caddy.Duration(5 * time.Second)}, []string{"store_queue_wait 5s is not below store_timeout 5s"}},
+		{"store_queue_wait with no cap", Handler{Keys: []string{env}, Audience: tmpl, Store: sqlite, StoreQueueWait: caddy.Duration(time.Minute), StoreConcurrency: new(int)}, nil},
 		{"everything at once", Handler{Keys: []string{strongKey}, Audience: tmpl, Store: sqlite, Skew: dur(time.Hour), Cache: &CacheConfig{RecordTTL: dur(time.Hour)}},
 			[]string{"key 1 is written in the config", "skew 1h0m0s", "record_ttl 1h0m0s"}},
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -85,6 +86,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	d.aud = claims.Aud
 	d.ph.publishTenant(claims.Aud, h.obs.tenantKey)
+	// The store shares its read slots fairly between tenants (the
+	// verified audience, in memory only: store.WithTenant).
+	r = r.WithContext(store.WithTenant(ctx, claims.Aud))
 
 	// 2. Grant: may this token have these bytes now?
 	g, ok := h.authorize(w, r, d, segID, &claims, now)

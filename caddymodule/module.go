@@ -93,6 +93,26 @@ type Handler struct {
 	// Caddyfile refuses an explicit 0.
 	StoreTimeout caddy.Duration `json:"store_timeout,omitempty"`
 
+	// Most distinct store reads running at once: record lookups and the
+	// fills of the memory cache and the disk tier (requests joining a
+	// read under way take no slot; streams of uncached bytes are not
+	// counted). Reads beyond it wait their tenant's turn (round-robin by
+	// verified audience) in a list bounded by store_queue and
+	// store_queue_wait, then are answered 503 edge.overloaded with a
+	// Retry-After. Default (absent): 16. 0: no cap.
+	StoreConcurrency *int `json:"store_concurrency,omitempty"`
+
+	// Most store reads waiting for a slot of store_concurrency; a read
+	// beyond it is answered 503 edge.overloaded at once, or pushes out
+	// the newest waiting read of the tenant with the most waiting when
+	// its own tenant has fewer. Default (absent): 1024. 0: none wait.
+	StoreQueue *int `json:"store_queue,omitempty"`
+
+	// Longest a store read waits for a slot before its requests are
+	// answered 503 edge.overloaded; keep it below store_timeout, which
+	// bounds the wait and the read together. Default (absent or 0): 2s.
+	StoreQueueWait caddy.Duration `json:"store_queue_wait,omitempty"`
+
 	// How long a record read from the store keeps deciding grants once the
 	// store cannot be read (a timeout, a refused connection, an HTTP 5xx,
 	// a SQLite I/O or open error; never a "not found" or a refusal). The

@@ -71,6 +71,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 	}
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	opts.Grace = h.grace
+	opts.Fair = h.fairOptions() // fair.go of the store package
 	opts.OnBreaker = h.breakerLog()
 	if opts.Disk, err = h.provisionDisk(); err != nil { // disktier.go
 		return err

@@ -107,6 +107,9 @@ type flowStatser interface{ Flow() store.FlowStats }
 // segment bytes each cache read from its store, by backend.
 type flowCollector struct {
 	fills, followers, readBytes *prometheus.Desc
+	// The store read gate (store_concurrency): slots in use, reads
+	// waiting, reads refused.
+	gateInUse, gateWaiting, gateRefused *prometheus.Desc
 
 	caches refSet[flowStatser, string] // the value: the store's backend
 	disks  refSet[*disk.Cache, struct{}]
@@ -120,6 +123,12 @@ func newFlowCollector(prefix string) *flowCollector {
 			"Requests attached now to a fill another request started, by tier (memory: waiting for the fill; disk: reading the fill as it lands).", []string{"tier"}, nil),
 		readBytes: prometheus.NewDesc(prefix+"store_read_bytes_total",
 			"Segment bytes read from the store (memory and disk fills, streamed bodies; records not counted), by backend: the store's egress.", []string{"backend"}, nil),
+		gateInUse: prometheus.NewDesc(prefix+"store_reads_in_use",
+			"Distinct store reads (record lookups, memory and disk fills) holding a slot of store_concurrency now, by backend.", []string{"backend"}, nil),
+		gateWaiting: prometheus.NewDesc(prefix+"store_reads_waiting",
+			"Store reads waiting for a slot of store_concurrency now (in store_queue), by backend.", []string{"backend"}, nil),
+		gateRefused: prometheus.NewDesc(prefix+"store_reads_refused_total",
+			"Store reads refused for want of a slot (store_queue full, or store_queue_wait passed): their requests were answered 503 edge.overloaded, by backend.", []string{"backend"}, nil),
 	}
 }
 
@@ -132,16 +141,25 @@ func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.fills
 	ch <- c.followers
 	ch <- c.readBytes
+	ch <- c.gateInUse
+	ch <- c.gateWaiting
+	ch <- c.gateRefused
 }
 
 func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
 	var memFills, memWaiting, diskFills, diskFollowing int64
 	read := map[string]int64{backendSQLite: 0, backendS3: 0}
+	inUse := map[string]int64{backendSQLite: 0, backendS3: 0}
+	waiting := map[string]int64{backendSQLite: 0, backendS3: 0}
+	refused := map[string]int64{backendSQLite: 0, backendS3: 0}
 	c.caches.each(func(s flowStatser, backend string) {
 		f := s.Flow()
 		memFills += f.MemoryFills
 		memWaiting += f.MemoryWaiting
 		read[backend] += f.StoreReadBytes
+		inUse[backend] += f.Gate.InUse
+		waiting[backend] += f.Gate.Waiting
+		refused[backend] += f.Gate.Refused
 	})
 	c.disks.each(func(d *disk.Cache, _ struct{}) {
 		st := d.Stats()
@@ -157,6 +175,9 @@ func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.followers, diskFollowing, "disk")
 	for b, v := range read {
 		ch <- prometheus.MustNewConstMetric(c.readBytes, prometheus.CounterValue, float64(v), b)
+		gauge(c.gateInUse, inUse[b], b)
+		gauge(c.gateWaiting, waiting[b], b)
+		ch <- prometheus.MustNewConstMetric(c.gateRefused, prometheus.CounterValue, float64(refused[b]), b)
 	}
 }
 

@@ -128,8 +128,14 @@ func storeStreamed(body io.Reader) bool {
 
 // overloaded answers 503 edge.overloaded with a jittered Retry-After.
 func (h *Handler) overloaded(w http.ResponseWriter, d *decision) {
+	h.refuseOverloaded(w, d, "too many segment streams in progress")
+}
+
+// refuseOverloaded answers 503 edge.overloaded, for reason msg, with a
+// Retry-After of 1 to overloadRetrySpread seconds chosen at random.
+func (h *Handler) refuseOverloaded(w http.ResponseWriter, d *decision, msg string) {
 	w.Header().Set("Retry-After", strconv.Itoa(1+h.jitter(overloadRetrySpread)))
-	d.refuse(w, errOverloaded, "too many segment streams in progress")
+	d.refuse(w, errOverloaded, msg)
 }
 
 // copyStalling writes n bytes of body to w like io.CopyN, and ends with

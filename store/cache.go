@@ -96,11 +96,19 @@ type CacheOptions struct {
 	// and a read that verifies clears it. 0: DefaultCorruptBackoff and
 	// DefaultCorruptBackoffMax.
 	CorruptBackoff, CorruptBackoffMax time.Duration
+
+	// Fair bounds the distinct store reads running at once (record
+	// lookups, bytes cache and disk tier fills; callers joining one take
+	// no slot), the reads waiting for a slot and their wait, and admits
+	// waiting reads round-robin across tenants (fair.go). The zero value
+	// sets no bound; DefaultCacheOptions sets DefaultFairOptions.
+	Fair FairOptions
 }
 
 // DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
 // bytes 64 MiB, segments up to 8 MiB cached, shared calls bounded by 5s,
-// records kept deciding grants for 5m of a store outage.
+// records kept deciding grants for 5m of a store outage, at most 16 store
+// reads at once with 1,024 waiting up to 2s each.
 func DefaultCacheOptions() CacheOptions {
 	return CacheOptions{
 		RecordTTL:  DefaultRecordTTL,
@@ -109,6 +117,7 @@ func DefaultCacheOptions() CacheOptions {
 		MaxEntry:   DefaultMaxEntry,
 		Timeout:    DefaultTimeout,
 		Grace:      DefaultGrace,
+		Fair:       DefaultFairOptions(),
 	}
 }
 
@@ -136,6 +145,7 @@ type Cached struct {
 	lookups flight[*Record]
 	fills   flight[[]byte]
 	vt      variantTier // content-coded variants (variants.go)
+	gate    *fairGate   // bounded, fair store reads (fair.go)
 
 	brk     breaker // outage.go
 	corrupt corruptBackoffs
@@ -184,6 +194,7 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 		opts:    opts,
 		records: newRecordLRU(opts.MaxRecords),
 		blobs:   newBlobLRU(opts.MaxBytes),
+		gate:    newFairGate(opts.Fair),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.vt.init(opts.MaxRecords)
@@ -343,6 +354,11 @@ func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bo
 		if err := c.guard(); err != nil {
 			return nil, err
 		}
+		release, err := c.gate.acquire(sctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 		start := c.opts.Now()
 		rec, err := c.inner.Lookup(sctx, segmentID)
 		c.observe(err)
@@ -436,6 +452,11 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	if b, ok := c.blobs.get(segmentID); ok {
 		return b, nil // filled while this call was being set up
 	}
+	release, err := c.gate.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if !c.blobs.reserve(size) {
 		return nil, errNoRoom
 	}
@@ -446,7 +467,6 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 		}
 	}()
 	b := make([]byte, size)
-	var err error
 	if fi, ok := c.inner.(fillerInto); ok {
 		// The store reads it its own way (SQLite: without holding a
 		// lock across the read where it can, sqlite_lockfree.go).

@@ -110,6 +110,9 @@ type FlowStats struct {
 	// MemoryFills is the bytes cache fills running now; MemoryWaiting
 	// the callers waiting on one they did not start.
 	MemoryFills, MemoryWaiting int64
+	// Gate is the store read gate's slots in use, reads waiting and
+	// reads refused ErrOverloaded (fair.go).
+	Gate FairStats
 }
 
 // Flow returns the in-progress gauges and the store bytes counter. The
@@ -120,6 +123,7 @@ func (c *Cached) Flow() FlowStats {
 		StoreReadBytes: c.storeRead.Load(),
 		MemoryFills:    c.fills.inFlight.Load(),
 		MemoryWaiting:  c.fills.joinedNow.Load(),
+		Gate:           c.gate.stats(),
 	}
 }
 

@@ -67,9 +67,10 @@ var ErrCorruptBackoff = errors.New("not read again until its backoff ends")
 // SQLite I/O, open or lock error, ErrStoreDown), as opposed to an answer: a
 // record or bytes, ErrNotFound, a corrupt record or corrupt bytes, a range
 // the object does not have, any other 4xx (a denied or malformed request),
-// or a caller that went away (context.Canceled).
+// or a caller that went away (context.Canceled), or ErrOverloaded (the
+// read gate refused it: the store was not called).
 func Unreadable(err error) bool {
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorruptSegment) ||
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorruptSegment) || errors.Is(err, ErrOverloaded) ||
 		errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrRangeNotSatisfiable) {
 		return false
 	}

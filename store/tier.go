@@ -37,7 +37,7 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 		return nil, TierStore, err
 	}
 	if d := c.opts.Disk; d != nil {
-		h, err := d.Get(ctx, segmentID, size, c.diskSource(segmentID))
+		h, err := d.Get(ctx, segmentID, size, c.diskSource(ctx, segmentID))
 		if err == nil {
 			t := diskTier(h)
 			// A fill that fails on the disk hands its readers over
@@ -83,8 +83,28 @@ func (c *Cached) endOf(segmentID string) func(error) {
 }
 
 // diskSource is how the disk tier fills segmentID: a streaming copy from
-// the inner store, in one short read where the store offers one.
-func (c *Cached) diskSource(segmentID string) disk.Source {
+// the inner store, in one short read where the store offers one. The fill
+// holds a slot of the gate (fair.go) in the turn of the tenant of ctx,
+// the request that started it (the disk tier runs it under a context of
+// its own).
+func (c *Cached) diskSource(ctx context.Context, segmentID string) disk.Source {
+	src := c.diskCopy(segmentID)
+	if c.gate == nil {
+		return src
+	}
+	tenant := TenantOf(ctx)
+	return func(fctx context.Context, w io.Writer) error {
+		release, err := c.gate.acquire(WithTenant(fctx, tenant))
+		if err != nil {
+			return err
+		}
+		defer release()
+		return src(fctx, w)
+	}
+}
+
+// diskCopy is diskSource without the gate.
+func (c *Cached) diskCopy(segmentID string) disk.Source {
 	if bc, ok := c.inner.(blobCopier); ok {
 		return func(ctx context.Context, w io.Writer) error {
 			if err := c.guard(); err != nil {

@@ -101,6 +101,7 @@ var scenarios = []scenario{
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
 	{"j", "store outage: answers by kind through a frozen store (grace, breaker)", outageScenario},
 	{"k", "a busy-handler-free writer beside a cold storm: failed commits and read-lock share, rollback journal and WAL", writerScenario},
+	{"m", "fair store work: tenant B's downloads while tenant A's clients ask for 400 distinct cold segments", fairScenario},
 }
 
 // selected returns the scenarios -only names, in list order.
@@ -133,6 +134,12 @@ func selected() ([]scenario, error) {
 func main() {
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *flagFairStorm != "" {
+		if err := fairStormChild(*flagFairStorm); err != nil {
+			log.Fatalf("bench: storm child: %v", err)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		cleanup()
 		log.Fatalf("bench: %v", err)

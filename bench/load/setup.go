@@ -134,13 +134,18 @@ func (e *env) setupS3() error {
 // put writes b as the reference S3SegmentStore does, with its record in
 // x-amz-meta-syncular-record.
 func (e *env) put(ctx context.Context, b []byte) (string, error) {
+	return e.putFor(ctx, partition, b)
+}
+
+// putFor is put with a record granting part (a tenant of its own).
+func (e *env) putFor(ctx context.Context, part string, b []byte) (string, error) {
 	id := segmentID(b)
 	now := time.Now().UnixMilli()
 	// As current reference writers do: the bytes without metadata, the
 	// record in its own object (a legacy header would make a redirect
 	// edge stream instead of redirect).
 	rec := seed.S3Record(id, store.Publication{
-		Partition: partition, LogEpoch: "e1", Table: "tasks", SchemaVersion: 1, MediaType: "rows",
+		Partition: part, LogEpoch: "e1", Table: "tasks", SchemaVersion: 1, MediaType: "rows",
 		ScopeDigest: scopeDigest, AsOfCommitSeq: 1, RowCount: 1, ByteLength: int64(len(b)),
 		CreatedAtMs: now, ExpiresAtMs: now + 24*3600*1000,
 	})

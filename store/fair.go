@@ -1,0 +1,327 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Bounded, fair store work. Every distinct read of the inner store that
+// Cached shares between callers (a record Lookup, a bytes cache fill, a
+// disk tier fill) takes one slot of a per-store gate for as long as it
+// runs; callers that join a read already under way (flight.go, the disk
+// tier's followers) take none. When every slot is taken a read waits in a
+// list of its own, at most QueueMax reads and at most QueueWait each; past
+// either it fails with ErrOverloaded (the handler's 503 edge.overloaded).
+//
+// Waiting reads are admitted round-robin across tenants: each tenant (the
+// verified audience, WithTenant) has its own FIFO, and a freed slot goes
+// to the head of the next tenant's list in turn, so a tenant with 400 cold
+// segments queued delays a tenant with 2 by at most one read per slot
+// freed, not by its 400. When the list is full, a newcomer whose tenant
+// has fewer reads waiting than the tenant with the most pushes out that
+// tenant's newest waiter (which fails ErrOverloaded) instead of being
+// refused itself: a storming tenant cannot hold the whole list either.
+//
+// Streams of the inner store (a segment served uncached) hold no slot:
+// their length is the client's, not the store's (the handler caps SQLite
+// streams on its own).
+
+// ErrOverloaded is the store's answer to a read it has no capacity for
+// now: every slot of the gate taken and the waiting list full, or the
+// wait longer than QueueWait. It is not a store fault (Unreadable is
+// false): the store was not called.
+var ErrOverloaded = errors.New("store: overloaded: too many store reads waiting")
+
+// Default gate settings (FairOptions).
+const (
+	// DefaultStoreSlots: distinct store reads at once. A cold S3 read is
+	// latency-bound (tens of ms to its first byte): 16 reads in flight of
+	// 1 MiB segments at 50 ms move 320 MB/s, more than a 1 Gbit/s link,
+	// and 16 record reads at 20 ms answer 800 distinct cold lookups a
+	// second, so one tenant's bootstrap of 400 cold segments (800 reads)
+	// fits in the queue's wait. A SQLite read is CPU-bound (about 340 MB/s
+	// per core): 16 already keep every core of a small edge busy. Bench
+	// scenario m measured 16 against 32, 8 and 4 with the store on the
+	// edge's 2 cores: 32 let the storm's reads slow the other tenant's
+	// more, and fewer than 16 did not shorten them consistently.
+	DefaultStoreSlots = 16
+	// DefaultStoreQueue: reads waiting for a slot. A waiter costs a
+	// goroutine and a few hundred bytes (its clients' connections are
+	// the server's); 1,024 of them is a few MiB.
+	DefaultStoreQueue = 1024
+	// DefaultStoreQueueWait: the longest a read waits for a slot, below
+	// DefaultTimeout (5s) so that a read admitted late still has time to
+	// run, and short enough that a refused client retries (Retry-After 1
+	// to 5 s) rather than hangs.
+	DefaultStoreQueueWait = 2 * time.Second
+)
+
+// FairOptions bounds the store work of a Cached (CacheOptions.Fair).
+type FairOptions struct {
+	// Slots is the most distinct store reads running at once; 0: no cap
+	// (and no waiting list).
+	Slots int
+	// QueueMax is the most reads waiting for a slot; 0: none wait (a
+	// read that finds every slot taken fails ErrOverloaded at once).
+	QueueMax int
+	// QueueWait is the longest a read waits; 0: DefaultStoreQueueWait.
+	QueueWait time.Duration
+}
+
+// DefaultFairOptions returns the defaults of a remote store: 16 slots,
+// 1,024 waiting, 2s.
+func DefaultFairOptions() FairOptions {
+	return FairOptions{Slots: DefaultStoreSlots, QueueMax: DefaultStoreQueue, QueueWait: DefaultStoreQueueWait}
+}
+
+// tenantKey is the context key of WithTenant.
+type tenantKey struct{}
+
+// WithTenant returns ctx carrying the tenant that the store work done
+// for ctx is shared by (the gate's fairness key). The handler sets the
+// verified audience; it is kept in memory only, never logged or used as
+// a metrics label.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// TenantOf returns the tenant WithTenant set on ctx ("" when none: such
+// work shares one tenant).
+func TenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
+}
+
+// FairStats is the gate's state: slots in use, reads waiting (gauges) and
+// reads refused ErrOverloaded since the store was built.
+type FairStats struct {
+	InUse, Waiting, Refused int64
+}
+
+// fairGate is the slots and the waiting list. A nil *fairGate admits
+// everything.
+type fairGate struct {
+	slots, queueMax int
+	wait            time.Duration
+	// timer returns a channel that fires after d and its stop function
+	// (injected by tests; time.NewTimer otherwise).
+	timer func(d time.Duration) (<-chan time.Time, func() bool)
+
+	mu      sync.Mutex
+	inUse   int
+	waiting int
+	tenants map[string]*tenantQueue // tenants with waiters
+	ring    []*tenantQueue          // the same, in admission order
+
+	inUseG, waitingG, refused atomic.Int64
+}
+
+type tenantQueue struct {
+	key string
+	q   []*waiter
+}
+
+// waiter is one read waiting; ready is closed when it is admitted
+// (granted) or pushed out (refused).
+type waiter struct {
+	tq      *tenantQueue
+	ready   chan struct{}
+	granted bool
+}
+
+func newFairGate(o FairOptions) *fairGate {
+	if o.Slots <= 0 {
+		return nil
+	}
+	if o.QueueWait <= 0 {
+		o.QueueWait = DefaultStoreQueueWait
+	}
+	return &fairGate{
+		slots: o.Slots, queueMax: max(o.QueueMax, 0), wait: o.QueueWait,
+		timer: func(d time.Duration) (<-chan time.Time, func() bool) {
+			t := time.NewTimer(d)
+			return t.C, t.Stop
+		},
+		tenants: map[string]*tenantQueue{},
+	}
+}
+
+// acquire takes a slot for the tenant of ctx, waiting for one if need be
+// (in that tenant's turn), until QueueWait or ctx ends. release gives the
+// slot back (to the next tenant's waiter); it must be called once.
+func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
+	if g == nil {
+		return func() {}, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	g.mu.Lock()
+	if g.inUse < g.slots && g.waiting == 0 {
+		g.inUse++
+		g.inUseG.Store(int64(g.inUse))
+		g.mu.Unlock()
+		return g.releaser(), nil
+	}
+	w, ok := g.enqueueLocked(TenantOf(ctx))
+	g.mu.Unlock()
+	if !ok {
+		g.refused.Add(1)
+		return nil, fmt.Errorf("%w (%d reads running, %d waiting)", ErrOverloaded, g.slots, g.queueMax)
+	}
+	fire, stop := g.timer(g.wait)
+	defer stop()
+	var cause error
+	select {
+	case <-w.ready:
+	case <-fire:
+		cause = ErrOverloaded
+	case <-ctx.Done():
+		cause = ctx.Err()
+		if errors.Is(cause, context.DeadlineExceeded) {
+			// The shared read's own bound ended while it waited:
+			// the store was never called.
+			cause = ErrOverloaded
+		}
+	}
+	g.mu.Lock()
+	if cause != nil && !g.settledLocked(w) {
+		g.removeLocked(w)
+		g.mu.Unlock()
+		if errors.Is(cause, ErrOverloaded) {
+			g.refused.Add(1)
+			return nil, fmt.Errorf("%w (waited for a read slot)", ErrOverloaded)
+		}
+		return nil, fmt.Errorf("store: %w", cause)
+	}
+	g.mu.Unlock()
+	<-w.ready // settled: closed before the lock was taken
+	if !w.granted {
+		g.refused.Add(1)
+		return nil, fmt.Errorf("%w (pushed out of the waiting list)", ErrOverloaded)
+	}
+	if err := ctx.Err(); err != nil {
+		// Admitted as ctx ended: the read would fail at once (and
+		// count against the store), so the slot goes on to the next
+		// waiter.
+		g.release()
+		if errors.Is(err, context.DeadlineExceeded) {
+			g.refused.Add(1)
+			return nil, fmt.Errorf("%w (waited for a read slot)", ErrOverloaded)
+		}
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return g.releaser(), nil
+}
+
+// settledLocked reports whether w was admitted or pushed out already.
+func (g *fairGate) settledLocked(w *waiter) bool {
+	select {
+	case <-w.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// releaser returns the release function of one slot (idempotent).
+func (g *fairGate) releaser() func() {
+	var once sync.Once
+	return func() { once.Do(g.release) }
+}
+
+// release hands the slot to the next tenant's oldest waiter, or frees it.
+func (g *fairGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.ring) == 0 {
+		g.inUse--
+		g.inUseG.Store(int64(g.inUse))
+		return
+	}
+	tq := g.ring[0]
+	w := tq.q[0]
+	tq.q[0] = nil
+	tq.q = tq.q[1:]
+	g.ring[0] = nil
+	g.ring = g.ring[1:]
+	if len(tq.q) > 0 {
+		g.ring = append(g.ring, tq) // its next read waits for its next turn
+	} else {
+		delete(g.tenants, tq.key)
+	}
+	g.waiting--
+	g.waitingG.Store(int64(g.waiting))
+	w.granted = true
+	close(w.ready) // the slot passes to w: inUse unchanged
+}
+
+// enqueueLocked adds a waiter for tenant, pushing out the newest waiter
+// of the tenant with the most when the list is full and tenant has fewer;
+// ok is false when there is no room for it.
+func (g *fairGate) enqueueLocked(tenant string) (w *waiter, ok bool) {
+	tq := g.tenants[tenant]
+	if g.waiting >= g.queueMax {
+		var most *tenantQueue
+		for _, t := range g.ring {
+			if most == nil || len(t.q) > len(most.q) {
+				most = t
+			}
+		}
+		mine := 0
+		if tq != nil {
+			mine = len(tq.q)
+		}
+		if most == nil || len(most.q) <= mine+1 {
+			return nil, false
+		}
+		out := most.q[len(most.q)-1]
+		g.removeLocked(out)
+		close(out.ready) // pushed out: not granted
+	}
+	if tq = g.tenants[tenant]; tq == nil {
+		tq = &tenantQueue{key: tenant}
+		g.tenants[tenant] = tq
+		g.ring = append(g.ring, tq)
+	}
+	w = &waiter{tq: tq, ready: make(chan struct{})}
+	tq.q = append(tq.q, w)
+	g.waiting++
+	g.waitingG.Store(int64(g.waiting))
+	return w, true
+}
+
+// removeLocked takes w out of the list (it gave up or was pushed out).
+func (g *fairGate) removeLocked(w *waiter) {
+	tq := w.tq
+	for i, x := range tq.q {
+		if x == w {
+			tq.q = append(tq.q[:i], tq.q[i+1:]...)
+			g.waiting--
+			g.waitingG.Store(int64(g.waiting))
+			break
+		}
+	}
+	if len(tq.q) > 0 {
+		return
+	}
+	delete(g.tenants, tq.key)
+	for i, t := range g.ring {
+		if t == tq {
+			g.ring = append(g.ring[:i], g.ring[i+1:]...)
+			break
+		}
+	}
+}
+
+// stats reads the gauges and the refusal counter.
+func (g *fairGate) stats() FairStats {
+	if g == nil {
+		return FairStats{}
+	}
+	return FairStats{InUse: g.inUseG.Load(), Waiting: g.waitingG.Load(), Refused: g.refused.Load()}
+}
