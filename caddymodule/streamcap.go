@@ -85,6 +85,9 @@ func (s *slots) tryAcquire() bool {
 // unless maxWait answers wait already. A waiter holds no stream buffer:
 // the store reads its first chunk only when the body is read.
 func (s *slots) acquire(ctx context.Context, wait time.Duration) bool {
+	if ctx.Err() != nil {
+		return false // the client left while the answer was being set up
+	}
 	if s.tryAcquire() {
 		return true
 	}
@@ -97,6 +100,14 @@ func (s *slots) acquire(ctx context.Context, wait time.Duration) bool {
 	defer t.Stop()
 	select {
 	case s.ch <- struct{}{}:
+		// A slot and the client's leaving can be ready at once, and
+		// select picks either: a client that left gets no stream (its
+		// first chunk would be read only to be thrown away, and a crowd
+		// of closing waiters would churn a chunk each).
+		if ctx.Err() != nil {
+			<-s.ch
+			return false
+		}
 		return true
 	case <-t.C:
 		return false

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -153,5 +154,40 @@ func TestStreamSlotsWaiterCap(t *testing.T) {
 	}
 	if s.waiting.Load() != 0 || s.taken() != 1 {
 		t.Fatalf("waiting %d, taken %d", s.waiting.Load(), s.taken())
+	}
+}
+
+// A client that has left gets no slot, neither at once nor after
+// waiting: a crowd of closing waiters must not each start a stream.
+func TestStreamSlotsClientGone(t *testing.T) {
+	s := newStreamSlots(1, 8)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s.acquire(gone, time.Minute) {
+		t.Fatal("a free slot went to a client that had left")
+	}
+	if s.taken() != 0 {
+		t.Fatalf("taken %d after the refusal, want 0", s.taken())
+	}
+	// Waiting: the slot frees and the client leaves at the same moment,
+	// many times over; a slot may never be handed to the gone client.
+	for i := 0; i < 200; i++ {
+		if !s.tryAcquire() {
+			t.Fatal("no slot to hold")
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan bool)
+		go func() { got <- s.acquire(ctx, time.Minute) }()
+		for s.waiting.Load() != 1 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		cancel()
+		s.release()
+		if <-got {
+			t.Fatalf("round %d: a waiter whose client had left got the slot", i)
+		}
+		if s.taken() != 0 {
+			t.Fatalf("round %d: taken %d, want 0", i, s.taken())
+		}
 	}
 }

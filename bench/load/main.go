@@ -34,6 +34,9 @@
 //	    every 20 ms beside 100 cold clients on 8 segments (one of 24 MiB):
 //	    its failed commits and the share of time the edge held a read
 //	    lock, in a rollback journal and in WAL.
+//	(n) stalled: 300 connections that request the 64 MiB SQLite segment
+//	    with the disk tier off and never read: the edge's RSS while they
+//	    stall and after they close.
 //
 // (a) and (b) alternate edge and plain runs (ABBA order) over several
 // rounds and report medians and ratios, of requests/s and of the serving
@@ -102,6 +105,7 @@ var scenarios = []scenario{
 	{"j", "store outage: answers by kind through a frozen store (grace, breaker)", outageScenario},
 	{"k", "a busy-handler-free writer beside a cold storm: failed commits and read-lock share, rollback journal and WAL", writerScenario},
 	{"m", "fair store work: tenant B's downloads while tenant A's clients ask for 400 distinct cold segments", fairScenario},
+	{"n", "stalled readers: RSS of 300 connections that never read a streamed segment (disk off)", stalledScenario},
 }
 
 // selected returns the scenarios -only names, in list order.
