@@ -78,6 +78,9 @@ type variantChoice struct {
 	// memory yet: once identity is read, asking again starts the build.
 	wanted compress.Coding
 	retry  bool
+	// kind, when set, is the answer's cache kind instead of the body's
+	// (the request whose open started the fill the variant follows).
+	kind cacheKind
 }
 
 // chooseVariant negotiates the request's Accept-Encoding against the
@@ -94,7 +97,7 @@ func (h *Handler) chooseVariant(r *http.Request, segID string, full bool) varian
 	}
 	body, size, st := h.variants.Variant(segID, want)
 	switch st {
-	case store.VariantReady:
+	case store.VariantReady, store.VariantFollowing: // following: size -1
 		return variantChoice{coding: want, body: body, size: size, wanted: want}
 	case store.VariantUnavailable:
 		return variantChoice{wanted: want, retry: true}
@@ -103,14 +106,22 @@ func (h *Handler) chooseVariant(r *http.Request, segID string, full bool) varian
 }
 
 // buildAfterRead asks again for a variant that was unavailable before the
-// identity bytes were read: the read put them in memory, so the build can
-// start now rather than on the next request.
-func (h *Handler) buildAfterRead(segID string, v variantChoice) {
-	if v.retry {
-		if body, _, _ := h.variants.Variant(segID, v.wanted); body != nil {
-			body.Close()
-		}
+// identity bytes were opened: the open put them in memory, or started the
+// disk tier's fill, so the build can start now rather than on the next
+// request. A variant that can be sent now (a large segment's, encoded as
+// its fill lands) is returned: the caller sends it instead of identity.
+func (h *Handler) buildAfterRead(segID string, v variantChoice) variantChoice {
+	if !v.retry {
+		return variantChoice{}
 	}
+	body, size, st := h.variants.Variant(segID, v.wanted)
+	switch {
+	case st == store.VariantFollowing && body != nil:
+		return variantChoice{coding: v.wanted, body: body, size: size, wanted: v.wanted}
+	case body != nil:
+		body.Close()
+	}
+	return variantChoice{}
 }
 
 func (v variantChoice) close() {
@@ -152,11 +163,20 @@ func (h *Handler) notModified(r *http.Request, segID string) bool {
 }
 
 // serveVariant writes a held variant: 200 with Content-Encoding, the
-// variant's length and ETag (HEAD: the same headers, no body).
+// variant's length and ETag (HEAD: the same headers, no body). A variant
+// still being encoded (size -1) has no Content-Length (HTTP/1.1 sends it
+// chunked); its body ends only after it verified, and fails otherwise,
+// which aborts the answer like any interrupted body.
 func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, d *decision, v variantChoice) {
 	writeBytesHeaders(w, g, byteRange{off: 0, n: v.size}, rangeNone, d)
+	if v.size < 0 {
+		w.Header().Del("Content-Length")
+	}
 	h.setVariantHeaders(w.Header(), g.segID, v)
 	kind := variantKind(v.body) // cachestatus.go
+	if v.kind != cacheNone {
+		kind = v.kind
+	}
 	d.tr.coding = v.coding.String()
 	if r.Method == http.MethodHead {
 		kind = cacheRecord
@@ -166,7 +186,13 @@ func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, 
 	if r.Method == http.MethodHead {
 		return
 	}
-	n, err := copyBody(w, v.body, v.size)
+	var n int64
+	var err error
+	if v.size < 0 {
+		n, err = io.Copy(w, v.body)
+	} else {
+		n, err = copyBody(w, v.body, v.size)
+	}
 	h.metrics.via(d.legacy).bytes(n)
 	h.metrics.cacheBytes(kind, n)
 	h.metrics.codedBytes(v.coding, n)

@@ -219,7 +219,7 @@ func BenchmarkStormLevels(b *testing.B) {
 				start := cpuTime()
 				for b.Loop() {
 					var w discardCounter
-					if err := cf.k.encodeFlushing(cf.c, &w, bytes.NewReader(d.bytes), StormFlushEvery); err != nil {
+					if err := cf.k.encodeFlushing(cf.c, &w, bytes.NewReader(d.bytes), StormFlushEvery, nil); err != nil {
 						b.Fatal(err)
 					}
 					n = w.n

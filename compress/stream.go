@@ -24,14 +24,24 @@ const (
 )
 
 // EncodeStorm writes src compressed with c to dst at the storm levels,
-// flushing the coder every StormFlushEvery bytes of input, so that the
-// bytes written so far always end on a flush point. It returns the
-// compressed size. Unlike EncodeBounded it never gives up on the ratio:
-// its readers are already following it.
-func EncodeStorm(c Coding, dst io.Writer, src io.Reader) (written int64, err error) {
+// flushing the coder every StormFlushEvery bytes of input. After each
+// flush it calls flushed (when not nil) with the input read and the
+// output written so far, both ending on that flush point; an error from
+// flushed stops the encoding and is returned. It returns the compressed
+// size. Unlike EncodeBounded it never gives up on the ratio by itself:
+// flushed decides (its readers may already be following it).
+func EncodeStorm(c Coding, dst io.Writer, src io.Reader, flushed func(in, out int64) error) (written int64, err error) {
 	cw := &countWriter{w: dst}
 	k := coder{gzipLevel: StormGzipLevel, zstdLevel: StormZstdLevel, zstdConcurrency: 1}
-	err = k.encodeFlushing(c, cw, src, StormFlushEvery)
+	var in int64
+	var onFlush func(n int) error
+	if flushed != nil {
+		onFlush = func(n int) error {
+			in += int64(n)
+			return flushed(in, cw.n)
+		}
+	}
+	err = k.encodeFlushing(c, cw, src, StormFlushEvery, onFlush)
 	return cw.n, err
 }
 
@@ -41,8 +51,9 @@ type flushWriteCloser interface {
 }
 
 // encodeFlushing is encode with a flush of the coder after every every
-// bytes of input.
-func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, every int) error {
+// bytes of input, then a call of onFlush (when not nil) with the bytes
+// of input since the last.
+func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, every int, onFlush func(n int) error) error {
 	var zw flushWriteCloser
 	switch c {
 	case Gzip:
@@ -74,6 +85,12 @@ func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, every int)
 			if err := zw.Flush(); err != nil {
 				zw.Close()
 				return fmt.Errorf("compress: encode %v: %w", c, err)
+			}
+			if onFlush != nil {
+				if err := onFlush(n); err != nil {
+					zw.Close()
+					return err
+				}
 			}
 		}
 		// The sentinels themselves, not wrapped errors: a source's own

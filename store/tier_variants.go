@@ -10,7 +10,8 @@ import (
 // Variants of large segments: a segment the bytes cache does not hold
 // but whose length is known (from the record cache) has its variants in
 // the disk tier (disk.Cache.Variant), built from its verified identity
-// file, verified, and kept as files in the same budget. The body is the
+// file or while that file is filled (a growing variant its requests
+// follow), verified, and kept as files in the same budget. The body is the
 // disk tier's reader, so a complete variant file goes out with
 // sendfile(2) like an identity file.
 
@@ -25,16 +26,19 @@ func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadC
 		return nil, 0, VariantUnavailable
 	}
 	h, st := d.Variant(segmentID, size, coding)
-	if st != VariantReady {
+	if st != VariantReady && st != VariantFollowing {
 		return nil, 0, st
 	}
-	r, err := h.Reader(context.Background(), 0, -1) // a complete file: ctx unused
+	// A growing variant's reader waits for its encoder, which the disk
+	// tier bounds by its fill timeout; the client's going away ends the
+	// copy at its next write.
+	r, err := h.Reader(context.Background(), 0, -1)
 	if err != nil {
 		h.Close()
 		return nil, 0, VariantUnavailable
 	}
 	c.diskReads.Add(1)
-	return &diskBody{h: h, r: r}, h.Size(), VariantReady
+	return &diskBody{h: h, r: r}, h.Size(), st
 }
 
 // variantStats adds the disk tier's variant counts to the memory tier's.

@@ -27,14 +27,20 @@ const (
 	VariantBuilding    = disk.VariantBuilding
 	VariantNotWorth    = disk.VariantNotWorth
 	VariantUnavailable = disk.VariantUnavailable
+	// VariantFollowing: the body is a large segment's variant still
+	// being encoded while its segment is filled; size is -1 (unknown
+	// until its end), and the body fails, rather than end, if the
+	// variant does not verify: abort the answer then.
+	VariantFollowing = disk.VariantFollowing
 )
 
 // VariantStore is a store that keeps content-coded variants of segments
 // (Cached does).
 type VariantStore interface {
-	// Variant returns the c variant of segmentID when it is held now,
-	// and otherwise starts building it in the background when it can:
-	// it never waits for a build.
+	// Variant returns the c variant of segmentID when it is held now
+	// (VariantReady) or being encoded from a fill in progress
+	// (VariantFollowing, size -1), and otherwise starts building it in
+	// the background when it can: it never waits for a build.
 	Variant(segmentID string, c compress.Coding) (body io.ReadCloser, size int64, state VariantState)
 }
 

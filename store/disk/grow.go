@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/syncular/caddy-syncular/compress"
 )
@@ -30,7 +31,11 @@ import (
 // reader holds the variant's last byte back. Any failure sets the error:
 // the followers' readers return it before their last byte, so their
 // answers are aborted, never cleanly ended with wrong bytes; nothing is
-// kept. A verified variant is renamed into place and indexed like a
+// kept. Followers attach only after the encoder's first flush showed
+// that the variant shrinks the segment by 10%; a segment whose first
+// flush does not is dropped before anyone has a byte (its requests get
+// identity), and remembered as not worth a variant. A verified variant
+// is renamed into place and indexed like a
 // variant built after the fill; one that does not shrink the segment by
 // 10% was still correct for its followers but is not kept, and the
 // (segment, coding) is remembered as not worth a variant.
@@ -47,7 +52,8 @@ type vfill struct {
 
 	mu      sync.Mutex
 	path    string // the temporary file; the final file once renamed; "" once removed
-	written int64  // bytes in the file
+	written int64  // bytes in the file readers may read (0 until started)
+	started bool   // the first flush shrank the bytes: followers may attach
 	encoded bool   // the encoder finished: written is the variant's length
 	done    bool   // verified (and kept or not): the last byte may go
 	err     error  // set with done when the build failed
@@ -131,9 +137,12 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 	var written int64
 	if err == nil {
 		w := &growWriter{c: c, vf: vf, file: tf, limit: reserve}
-		written, err = compress.EncodeStorm(vf.coding, w, src)
+		written, err = compress.EncodeStorm(vf.coding, w, src, w.flushed)
 		if w.err != nil {
 			err = w.err
+		}
+		if err == nil && !w.started() { // shorter than one flush
+			err = w.flushed(size, written)
 		}
 	}
 	if cerr := tf.Close(); cerr != nil && err == nil {
@@ -147,8 +156,8 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 	}
 	vf.broadcast()
 	vf.mu.Unlock()
-	if verr := <-verified; verr != nil {
-		err = verr // the verifier's finding, not the encoder's stop it caused
+	if verr := <-verified; err == nil {
+		err = verr
 	}
 	c.endGrow(vf, segmentID, size, reserve, written, err)
 }
@@ -193,6 +202,9 @@ func (c *Cache) endGrow(vf *vfill, segmentID string, size, reserve, written int6
 		rm, vf.path = vf.path, ""
 	}
 	switch {
+	case errors.Is(err, compress.ErrIncompressible): // before any follower attached
+		c.variantsIncompressible.Add(1)
+		c.markNotWorthLocked(vs, vf.vkey)
 	case err != nil:
 		if errors.Is(err, compress.ErrMismatch) {
 			c.variantsRejected.Add(1)
@@ -222,7 +234,7 @@ func (c *Cache) endGrow(vf *vfill, segmentID string, size, reserve, written int6
 			c.warn("disk cache: cannot remove a file", rerr)
 		}
 	}
-	if err != nil && c.ctx.Err() == nil {
+	if err != nil && !errors.Is(err, compress.ErrIncompressible) && c.ctx.Err() == nil {
 		c.warn("disk cache: growing variant build failed", err)
 	}
 }
@@ -234,13 +246,39 @@ func (c *Cache) markNotWorthLocked(vs *variantState, vkey string) {
 	vs.notWorth[vkey] = struct{}{}
 }
 
-// followGrow opens a growing variant for one follower. again: the build
-// ended without keeping its file (look the variant up again). A build
-// that failed and is not yet cleaned up is VariantBuilding.
+// growStartWait bounds how long Variant waits for a growing variant's
+// first flush (the proof that it shrinks the bytes) before answering
+// VariantBuilding.
+const growStartWait = time.Second
+
+// followGrow opens a growing variant for one follower, once its first
+// flush showed that it shrinks the segment: until then no follower has a
+// byte, so a variant that would not shrink it is dropped and its
+// requests answered identity, never aborted. again: the build ended
+// without keeping its file (look the variant up again). A build that
+// failed and is not yet cleaned up is VariantBuilding.
 func (c *Cache) followGrow(vf *vfill) (*Handle, VariantState, bool) {
+	timeout := time.NewTimer(growStartWait)
+	defer timeout.Stop()
 	vf.mu.Lock()
 	defer vf.mu.Unlock()
+	for !vf.started && vf.err == nil {
+		ch := vf.wake
+		vf.mu.Unlock()
+		select {
+		case <-ch:
+		case <-timeout.C:
+			vf.mu.Lock()
+			return nil, VariantBuilding, false
+		case <-c.ctx.Done():
+			vf.mu.Lock()
+			return nil, VariantUnavailable, false
+		}
+		vf.mu.Lock()
+	}
 	switch {
+	case errors.Is(vf.err, compress.ErrIncompressible):
+		return nil, VariantNotWorth, false
 	case vf.err != nil && !vf.done:
 		return nil, VariantBuilding, false
 	case vf.err != nil || vf.path == "":
@@ -279,7 +317,7 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	n, err := w.file.Write(p)
 	w.n += int64(n)
 	w.vf.mu.Lock()
-	if n > 0 {
+	if n > 0 && w.vf.started {
 		w.vf.written = w.n
 		w.vf.broadcast()
 	}
@@ -294,6 +332,31 @@ func (w *growWriter) Write(p []byte) (int, error) {
 		return n, w.err
 	}
 	return n, nil
+}
+
+func (w *growWriter) started() bool {
+	w.vf.mu.Lock()
+	defer w.vf.mu.Unlock()
+	return w.vf.started
+}
+
+// flushed is the encoder's report at a flush point: in bytes of the
+// segment became out bytes of variant. At the first, the variant must
+// have shrunk them by 10% (compress.Worthwhile) for followers to attach;
+// otherwise the build stops before any follower has a byte.
+func (w *growWriter) flushed(in, out int64) error {
+	vf := w.vf
+	vf.mu.Lock()
+	defer vf.mu.Unlock()
+	if vf.started {
+		return nil
+	}
+	if !compress.Worthwhile(in, out) {
+		return fmt.Errorf("%w: its first %d bytes became %d", compress.ErrIncompressible, in, out)
+	}
+	vf.started, vf.written = true, w.n
+	vf.broadcast()
+	return nil
 }
 
 // growReader reads a growing variant through its own descriptor. A

@@ -137,9 +137,12 @@ func TestGrowingVariantCorruptNeverCompletes(t *testing.T) {
 		t.Run(coding.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			c := newCache(t, disk.Options{Dir: dir})
+			// Armed once every follower attached: the first write after
+			// it is corrupted.
+			var armed atomic.Bool
 			var writes atomic.Int32
 			disk.SetGrowHookForTest(c, func(p []byte) []byte {
-				if writes.Add(1) != 3 || len(p) == 0 {
+				if !armed.Load() || writes.Add(1) != 1 || len(p) == 0 {
 					return p
 				}
 				q := bytes.Clone(p)
@@ -167,6 +170,7 @@ func TestGrowingVariantCorruptNeverCompletes(t *testing.T) {
 					ends <- err
 				}()
 			}
+			armed.Store(true)
 			close(src.step)
 			mustRead(t, h, s.b) // identity is not affected
 			for range followers {
@@ -176,7 +180,7 @@ func TestGrowingVariantCorruptNeverCompletes(t *testing.T) {
 					t.Fatalf("follower error %v, want ErrMismatch", err)
 				}
 			}
-			if writes.Load() < 3 {
+			if writes.Load() < 1 {
 				t.Fatalf("only %d writes: the fault was not injected", writes.Load())
 			}
 			_, st := waitVariant(t, c, s, coding)
@@ -225,6 +229,32 @@ func TestGrowingVariantFailsWithItsFill(t *testing.T) {
 	waitFor(t, "the build's end", func() bool { return c.Stats().VariantsGrown == 1 })
 	if exists(disk.PathForTest(c, s.key+"+zstd")) || c.Stats().VariantsMade != 0 {
 		t.Fatal("a variant of wrong bytes was kept")
+	}
+	waitFor(t, "temp files removed", func() bool { return len(tmpFiles(t, dir)) == 0 })
+}
+
+// Incompressible bytes: the build stops at its first flush, before any
+// follower attached; requests are told not worth (identity), never given
+// a handle they would have to abort.
+func TestGrowingVariantIncompressibleNeverFollowed(t *testing.T) {
+	dir := t.TempDir()
+	c := newCache(t, disk.Options{Dir: dir})
+	s := newSegment(2<<20, 10) // pseudo-random
+	src := newStepSource(s.b, 2)
+	h := get(t, c, s, src.Source)
+	defer h.Close()
+	for range 3 {
+		vh, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+		if vh != nil || st != disk.VariantNotWorth {
+			t.Fatalf("incompressible segment: handle %v, state %d, want not worth", vh != nil, st)
+		}
+	}
+	close(src.step)
+	mustRead(t, h, s.b)
+	waitFor(t, "the build's end", func() bool { return c.Stats().VariantsGrown == 1 })
+	stats := c.Stats()
+	if stats.VariantsIncompressible != 1 || stats.VariantFollowers != 0 || stats.VariantsMade != 0 || stats.Reserved != 0 {
+		t.Fatalf("stats %+v", stats)
 	}
 	waitFor(t, "temp files removed", func() bool { return len(tmpFiles(t, dir)) == 0 })
 }
