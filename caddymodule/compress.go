@@ -21,7 +21,10 @@ import (
 // the disk tier for a large segment: sent with sendfile by copyBody). A
 // variant is built once per (segment, coding) in the background from
 // verified identity bytes (store.Cached.Variant); until it exists, the
-// request gets identity (nobody waits for a build).
+// request gets identity (nobody waits for a build), except for a large
+// segment being filled into the disk tier: its variant is encoded as the
+// fill lands and requests follow it as it grows (no Content-Length; the
+// body fails, and the answer is aborted, unless it verifies).
 
 // compressOff is the value of Compress that turns compression off.
 const compressOff = "off"

@@ -101,6 +101,7 @@ var scenarios = []scenario{
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
 	{"j", "store outage: answers by kind through a frozen store (grace, breaker)", outageScenario},
 	{"k", "a busy-handler-free writer beside a cold storm: failed commits and read-lock share, rollback journal and WAL", writerScenario},
+	{"l", "100 clients arriving together on a cold edge for a compressible 64 MiB SQLite image: wire bytes, store reads, first byte", compressStormScenario},
 }
 
 // selected returns the scenarios -only names, in list order.
