@@ -99,6 +99,9 @@ func (h *Handler) chooseVariant(r *http.Request, segID string, full bool) varian
 		return variantChoice{}
 	}
 	body, size, st := h.variants.Variant(segID, want)
+	if st == store.VariantBuilding && h.waitBuild(r, segID, want) {
+		body, size, st = h.variants.Variant(segID, want)
+	}
 	switch st {
 	case store.VariantReady, store.VariantFollowing: // following: size -1
 		return variantChoice{coding: want, body: body, size: size, wanted: want}
@@ -108,18 +111,31 @@ func (h *Handler) chooseVariant(r *http.Request, segID string, full bool) varian
 	return variantChoice{wanted: want}
 }
 
+// waitBuild waits for the build of a small segment's variant under way
+// when it should end before identity would have reached a mobile client
+// (store.WaitBound); it reports whether the build ended. A GET only: a
+// HEAD sends no body to wait for.
+func (h *Handler) waitBuild(r *http.Request, segID string, c compress.Coding) bool {
+	w, ok := h.variants.(store.VariantWaiter)
+	return ok && r.Method == http.MethodGet && w.WaitVariant(r.Context(), segID, c)
+}
+
 // buildAfterRead asks again for a variant that was unavailable before the
 // identity bytes were opened: the open put them in memory, or started the
 // disk tier's fill, so the build can start now rather than on the next
 // request. A variant that can be sent now (a large segment's, encoded as
-// its fill lands) is returned: the caller sends it instead of identity.
-func (h *Handler) buildAfterRead(segID string, v variantChoice) variantChoice {
+// its fill lands, or a small segment's whose build ended within
+// waitBuild's wait) is returned: the caller sends it instead of identity.
+func (h *Handler) buildAfterRead(r *http.Request, segID string, v variantChoice) variantChoice {
 	if !v.retry {
 		return variantChoice{}
 	}
 	body, size, st := h.variants.Variant(segID, v.wanted)
+	if st == store.VariantBuilding && h.waitBuild(r, segID, v.wanted) { // the build it started
+		body, size, st = h.variants.Variant(segID, v.wanted)
+	}
 	switch {
-	case st == store.VariantFollowing && body != nil:
+	case (st == store.VariantFollowing || st == store.VariantReady) && body != nil:
 		return variantChoice{coding: v.wanted, body: body, size: size, wanted: v.wanted}
 	case body != nil:
 		body.Close()

@@ -185,7 +185,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 	defer body.Close()
 	// The open started a large segment's fill: its variant is encoded
 	// as the fill lands, and this answer follows it too.
-	if vv := h.buildAfterRead(g.segID, v); vv.body != nil {
+	if vv := h.buildAfterRead(r, g.segID, v); vv.body != nil {
 		defer vv.close()
 		vv.kind = kind
 		h.serveVariant(w, r, g, d, vv)

@@ -8,10 +8,14 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/syncular/caddy-syncular/internal/segdata"
+	"github.com/syncular/caddy-syncular/token"
 )
 
 // A storm on a cold edge: clients accepting gzip and zstd arrive
@@ -133,5 +137,39 @@ func TestCompressedStormFollowsGrowingVariant(t *testing.T) {
 	}
 	if dec, err := decodeAs("gzip", r.Body); err != nil || !bytes.Equal(dec, img) {
 		t.Fatalf("after the storm: the kept gzip variant does not decode to the segment (%v)", err)
+	}
+}
+
+// A small segment (memory tier) on a cold edge: the first request, which
+// reads the identity bytes and starts the build, waits for the build
+// (it ends well within store.WaitBound: a tenth of the identity bytes at
+// 10 Mbit/s) and gets the variant, not identity.
+func TestCompressedSmallWaitsForItsBuild(t *testing.T) {
+	rows := segdata.RowsSegment(8000) // ~4 MB: the wait is bounded at ~330 ms
+	dbPath := t.TempDir() + "/sync.db"
+	id := seedStore(t, dbPath, "wal", rows)[0]
+	segKey := randomKey(t)
+	site := strings.NewReplacer("STORE_PATH", dbPath, "PORT2", strconv.Itoa(freePort(t))).Replace(compressSites)
+	c := startCaddy(t, site, "SEG_KEY="+segKey)
+	tok := token.Sign([]byte(segKey), id, hardDigest, hardAud, time.Now().Add(time.Hour).Unix())
+	u := c.Base + "/segments/" + id + "?st=" + tok
+	for i, coding := range []string{"gzip", "zstd"} {
+		r, err := rawGet("GET", u, map[string]string{"Accept-Encoding": coding})
+		if err != nil || r.Status != 200 {
+			t.Fatalf("%s: status %d, %v", coding, r.Status, err)
+		}
+		if ce := r.Header.Get("Content-Encoding"); ce != coding {
+			t.Fatalf("request %d accepting %s (its build started by it or by nobody before): Content-Encoding %q", i, coding, ce)
+		}
+		if cl := r.Header.Get("Content-Length"); cl != strconv.Itoa(len(r.Body)) {
+			t.Fatalf("Content-Length %q for %d bytes", cl, len(r.Body))
+		}
+		got, err := decodeAs(coding, r.Body)
+		if err != nil || !bytes.Equal(got, rows) {
+			t.Fatalf("%s: does not decode to the segment (%v)", coding, err)
+		}
+	}
+	if reads := scrape(t, c)[`caddy_syncular_variants_total{result="made"}`]; reads != 2 {
+		t.Fatalf("variants made %v, want 2", reads)
 	}
 }
