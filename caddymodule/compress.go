@@ -208,6 +208,7 @@ func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, 
 	var n int64
 	var err error
 	if v.size < 0 {
+		store.BindContext(r.Context(), v.body) // stop waiting when the client goes
 		n, err = io.Copy(w, v.body)
 	} else {
 		n, err = copyBody(w, v.body, v.size)

@@ -29,9 +29,9 @@ func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadC
 	if st != VariantReady && st != VariantFollowing {
 		return nil, 0, st
 	}
-	// A growing variant's reader waits for its encoder, which the disk
-	// tier bounds by its fill timeout; the client's going away ends the
-	// copy at its next write.
+	// A growing variant's reader waits for its encoder: under the
+	// request's context once the caller binds it (BindContext), else
+	// until the disk tier's fill timeout ends the build.
 	r, err := h.Reader(context.Background(), 0, -1)
 	if err != nil {
 		h.Close()
@@ -51,4 +51,17 @@ func (c *Cached) variantStats() VariantStats {
 		s.Incompressible += int64(ds.VariantsIncompressible)
 	}
 	return s
+}
+
+// BindContext makes a body that follows a growing variant stop waiting
+// for more bytes when ctx ends (the request's context: a client that went
+// away). Call it before the first Read; other bodies ignore it.
+func BindContext(ctx context.Context, body io.Reader) {
+	b, ok := body.(*diskBody)
+	if !ok || !b.h.Growing() {
+		return
+	}
+	if r, err := b.h.Reader(ctx, 0, -1); err == nil {
+		b.r = r
+	}
 }

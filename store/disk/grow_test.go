@@ -258,3 +258,44 @@ func TestGrowingVariantIncompressibleNeverFollowed(t *testing.T) {
 	}
 	waitFor(t, "temp files removed", func() bool { return len(tmpFiles(t, dir)) == 0 })
 }
+
+// A follower's reader stops waiting for a stalled build when its context
+// ends; the build and the other followers go on.
+func TestGrowingVariantReaderHonoursContext(t *testing.T) {
+	c := newCache(t, disk.Options{})
+	s := compressible(2<<20, 11)
+	src := newStepSource(s.b, 4)
+	h := get(t, c, s, src.Source)
+	defer h.Close()
+	vh, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+	if st != disk.VariantFollowing {
+		t.Fatalf("state %d, want following", st)
+	}
+	defer vh.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	r, err := vh.Reader(ctx, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, r); ended <- err }()
+	select {
+	case err := <-ended:
+		t.Fatalf("the reader ended (%v) while the fill is stalled", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if err := <-ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	other, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+	if st != disk.VariantFollowing {
+		t.Fatalf("another follower: state %d", st)
+	}
+	defer other.Close()
+	close(src.step)
+	got, err := readRange(t, other, 0, -1)
+	if err != nil || !bytes.Equal(decode(t, compress.Gzip, got), s.b) {
+		t.Fatalf("the other follower: %v", err)
+	}
+}
