@@ -130,8 +130,9 @@ func TestServeCompressed(t *testing.T) {
 	gz := map[string]string{"Accept-Encoding": "gzip"}
 
 	// The first answer starts the build and waits for it (at most
-	// store.WaitBound: 5 ms for 64 KiB), so it is the variant when the
-	// build ended in time, identity otherwise; it says it varies.
+	// store.WaitBound: 5 ms for 64 KiB, the smallest size that waits),
+	// so it is the variant when the build ended in time, identity
+	// otherwise; it says it varies.
 	rec, _ := serve(t, h, "GET", url, gz)
 	if ce := rec.Header().Get("Content-Encoding"); ce == "" {
 		if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), body) || rec.Header().Get("ETag") != `"`+id+`"` {

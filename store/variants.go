@@ -62,7 +62,8 @@ const MobileRate = 10e6 / 8
 
 // WaitBound is the longest a request for a segment of size identity
 // bytes waits for its variant's build: the time a mobile client
-// (MobileRate) needs for a tenth of the identity bytes. A kept variant is
+// (MobileRate) needs for a tenth of the identity bytes; 0 (no wait) under
+// WaitMinSize. A kept variant is
 // at most 90% of the identity size, so a request that waits this long at
 // most still has its last byte no later than identity would have sent it.
 // Measured builds (gzip 7 at 36 MB per CPU-second, zstd
@@ -70,8 +71,16 @@ const MobileRate = 10e6 / 8
 // it: 256 KiB builds in about 10 ms (bound 21 ms), 8 MiB in about 0.3 s
 // (bound 0.67 s).
 func WaitBound(size int64) time.Duration {
+	if size < WaitMinSize {
+		return 0
+	}
 	return time.Duration(float64(size) / 10 / MobileRate * float64(time.Second))
 }
+
+// WaitMinSize is the smallest segment a request waits for the variant
+// of: below 64 KiB the bound is under 5 ms and the bytes it saves go in
+// well under one mobile round trip, so identity is sent at once.
+const WaitMinSize = 64 << 10
 
 // WaitVariant implements VariantWaiter.
 func (c *Cached) WaitVariant(ctx context.Context, segmentID string, coding compress.Coding) bool {
@@ -80,7 +89,7 @@ func (c *Cached) WaitVariant(ctx context.Context, segmentID string, coding compr
 	}
 	key := variantKey(segmentID, coding)
 	identity, ok := c.blobs.peek(segmentID)
-	if !ok || !c.vt.builds.running(key) {
+	if !ok || int64(len(identity)) < WaitMinSize || !c.vt.builds.running(key) {
 		return false
 	}
 	bound := WaitBound

@@ -335,4 +335,7 @@ func TestWaitBound(t *testing.T) {
 	if got := WaitBound(256 << 10); got < 20*time.Millisecond || got > 22*time.Millisecond {
 		t.Fatalf("WaitBound(256 KiB) = %v, want about 21 ms", got)
 	}
+	if got := WaitBound(WaitMinSize - 1); got != 0 {
+		t.Fatalf("WaitBound under the minimum = %v, want 0", got)
+	}
 }
