@@ -135,8 +135,8 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 		src, err = ih.Reader(ctx, 0, -1)
 	}
 	var written int64
+	w := &growWriter{c: c, vf: vf, file: tf, limit: reserve}
 	if err == nil {
-		w := &growWriter{c: c, vf: vf, file: tf, limit: reserve}
 		written, err = compress.EncodeStorm(vf.coding, w, src, w.flushed)
 		if w.err != nil {
 			err = w.err
@@ -152,7 +152,7 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 	if err != nil && vf.err == nil {
 		vf.err = err // stops the verifier and every follower
 	} else if err == nil {
-		vf.encoded = true
+		vf.written, vf.encoded = w.n, true // the bytes after the last flush too
 	}
 	vf.broadcast()
 	vf.mu.Unlock()
@@ -316,11 +316,10 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	}
 	n, err := w.file.Write(p)
 	w.n += int64(n)
+	// The bytes are published at flush points (flushed), not per write:
+	// one wake of every follower per StormFlushEvery of input, and
+	// each reads what a flush completed.
 	w.vf.mu.Lock()
-	if n > 0 && w.vf.started {
-		w.vf.written = w.n
-		w.vf.broadcast()
-	}
 	if err == nil && w.vf.err != nil { // the verifier failed: stop
 		w.err = w.vf.err
 		w.vf.mu.Unlock()
@@ -349,6 +348,8 @@ func (w *growWriter) flushed(in, out int64) error {
 	vf.mu.Lock()
 	defer vf.mu.Unlock()
 	if vf.started {
+		vf.written = w.n
+		vf.broadcast()
 		return nil
 	}
 	if !compress.Worthwhile(in, out) {
