@@ -171,8 +171,11 @@ func (h *Handler) openTier(ctx context.Context, segID string, off, n int64) (io.
 
 // variantKind is the cache kind of a held variant's body.
 func variantKind(body io.Reader) cacheKind {
-	if store.BodyTier(body) == store.TierDisk {
+	switch store.BodyTier(body) {
+	case store.TierDisk:
 		return cacheDisk
+	case store.TierDiskFollow: // a variant encoded as its segment is filled
+		return cacheFollower
 	}
 	return cacheMemory
 }

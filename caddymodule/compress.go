@@ -21,7 +21,10 @@ import (
 // the disk tier for a large segment: sent with sendfile by copyBody). A
 // variant is built once per (segment, coding) in the background from
 // verified identity bytes (store.Cached.Variant); until it exists, the
-// request gets identity (nobody waits for a build).
+// request gets identity (nobody waits for a build), except for a large
+// segment being filled into the disk tier: its variant is encoded as the
+// fill lands and requests follow it as it grows (no Content-Length; the
+// body fails, and the answer is aborted, unless it verifies).
 
 // compressOff is the value of Compress that turns compression off.
 const compressOff = "off"
@@ -78,6 +81,9 @@ type variantChoice struct {
 	// memory yet: once identity is read, asking again starts the build.
 	wanted compress.Coding
 	retry  bool
+	// kind, when set, is the answer's cache kind instead of the body's
+	// (the request whose open started the fill the variant follows).
+	kind cacheKind
 }
 
 // chooseVariant negotiates the request's Accept-Encoding against the
@@ -93,8 +99,11 @@ func (h *Handler) chooseVariant(r *http.Request, segID string, full bool) varian
 		return variantChoice{}
 	}
 	body, size, st := h.variants.Variant(segID, want)
+	if st == store.VariantBuilding && h.waitBuild(r, segID, want) {
+		body, size, st = h.variants.Variant(segID, want)
+	}
 	switch st {
-	case store.VariantReady:
+	case store.VariantReady, store.VariantFollowing: // following: size -1
 		return variantChoice{coding: want, body: body, size: size, wanted: want}
 	case store.VariantUnavailable:
 		return variantChoice{wanted: want, retry: true}
@@ -102,15 +111,36 @@ func (h *Handler) chooseVariant(r *http.Request, segID string, full bool) varian
 	return variantChoice{wanted: want}
 }
 
+// waitBuild waits for the build of a small segment's variant under way
+// when it should end before identity would have reached a mobile client
+// (store.WaitBound); it reports whether the build ended. A GET only: a
+// HEAD sends no body to wait for.
+func (h *Handler) waitBuild(r *http.Request, segID string, c compress.Coding) bool {
+	w, ok := h.variants.(store.VariantWaiter)
+	return ok && r.Method == http.MethodGet && w.WaitVariant(r.Context(), segID, c)
+}
+
 // buildAfterRead asks again for a variant that was unavailable before the
-// identity bytes were read: the read put them in memory, so the build can
-// start now rather than on the next request.
-func (h *Handler) buildAfterRead(segID string, v variantChoice) {
-	if v.retry {
-		if body, _, _ := h.variants.Variant(segID, v.wanted); body != nil {
-			body.Close()
-		}
+// identity bytes were opened: the open put them in memory, or started the
+// disk tier's fill, so the build can start now rather than on the next
+// request. A variant that can be sent now (a large segment's, encoded as
+// its fill lands, or a small segment's whose build ended within
+// waitBuild's wait) is returned: the caller sends it instead of identity.
+func (h *Handler) buildAfterRead(r *http.Request, segID string, v variantChoice) variantChoice {
+	if !v.retry {
+		return variantChoice{}
 	}
+	body, size, st := h.variants.Variant(segID, v.wanted)
+	if st == store.VariantBuilding && h.waitBuild(r, segID, v.wanted) { // the build it started
+		body, size, st = h.variants.Variant(segID, v.wanted)
+	}
+	switch {
+	case (st == store.VariantFollowing || st == store.VariantReady) && body != nil:
+		return variantChoice{coding: v.wanted, body: body, size: size, wanted: v.wanted}
+	case body != nil:
+		body.Close()
+	}
+	return variantChoice{}
 }
 
 func (v variantChoice) close() {
@@ -152,11 +182,20 @@ func (h *Handler) notModified(r *http.Request, segID string) bool {
 }
 
 // serveVariant writes a held variant: 200 with Content-Encoding, the
-// variant's length and ETag (HEAD: the same headers, no body).
+// variant's length and ETag (HEAD: the same headers, no body). A variant
+// still being encoded (size -1) has no Content-Length (HTTP/1.1 sends it
+// chunked); its body ends only after it verified, and fails otherwise,
+// which aborts the answer like any interrupted body.
 func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, d *decision, v variantChoice) {
 	writeBytesHeaders(w, g, byteRange{off: 0, n: v.size}, rangeNone, d)
+	if v.size < 0 {
+		w.Header().Del("Content-Length")
+	}
 	h.setVariantHeaders(w.Header(), g.segID, v)
 	kind := variantKind(v.body) // cachestatus.go
+	if v.kind != cacheNone {
+		kind = v.kind
+	}
 	d.tr.coding = v.coding.String()
 	if r.Method == http.MethodHead {
 		kind = cacheRecord
@@ -166,7 +205,14 @@ func (h *Handler) serveVariant(w http.ResponseWriter, r *http.Request, g grant, 
 	if r.Method == http.MethodHead {
 		return
 	}
-	n, err := copyBody(w, v.body, v.size)
+	var n int64
+	var err error
+	if v.size < 0 {
+		store.BindContext(r.Context(), v.body) // stop waiting when the client goes
+		n, err = io.Copy(w, v.body)
+	} else {
+		n, err = copyBody(w, v.body, v.size)
+	}
 	h.metrics.via(d.legacy).bytes(n)
 	h.metrics.cacheBytes(kind, n)
 	h.metrics.codedBytes(v.coding, n)

@@ -183,6 +183,14 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		body = store.VerifyWhole(body, g.segID, size) // ends in an error, not EOF, on a mismatch
 	}
 	defer body.Close()
+	// The open started a large segment's fill: its variant is encoded
+	// as the fill lands, and this answer follows it too.
+	if vv := h.buildAfterRead(r, g.segID, v); vv.body != nil {
+		defer vv.close()
+		vv.kind = kind
+		h.serveVariant(w, r, g, d, vv)
+		return
+	}
 	// A SQLite stream holds a chunk buffer per reader: capped, and cut
 	// when its client stalls (streamcap.go).
 	sqliteStream := h.Store != nil && h.Store.Backend == backendSQLite && storeStreamed(body)
@@ -193,7 +201,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		}
 		defer h.sqliteStreams.release()
 	}
-	h.buildAfterRead(g.segID, v)
 	writeBytesHeaders(w, g, br, rr, d)
 	h.setVariantHeaders(w.Header(), g.segID, v)
 	h.markCache(w, d, kind)

@@ -189,3 +189,44 @@ func BenchmarkMatchIfNoneMatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkStormLevels measures the candidate levels of the storm path
+// (a variant encoded while its segment is filled and followed): gzip 1
+// and 6, zstd fastest and default, one goroutine each. It runs only with
+// COMPRESS_LEVELS=1.
+func BenchmarkStormLevels(b *testing.B) {
+	if os.Getenv("COMPRESS_LEVELS") != "1" {
+		b.Skip("set COMPRESS_LEVELS=1 to run the level sweep")
+	}
+	configs := []struct {
+		name string
+		c    Coding
+		k    coder
+	}{
+		{"gzip-1", Gzip, coder{gzipLevel: 1}},
+		{"gzip-6", Gzip, coder{gzipLevel: 6}},
+		{"zstd-fastest", Zstd, coder{zstdLevel: zstd.SpeedFastest, zstdConcurrency: 1}},
+		{"zstd-default", Zstd, coder{zstdLevel: zstd.SpeedDefault, zstdConcurrency: 1}},
+	}
+	for _, d := range loadBench(b) {
+		if d.name != "sqlite" {
+			continue
+		}
+		for _, cf := range configs {
+			b.Run(d.name+"/"+cf.name, func(b *testing.B) {
+				b.SetBytes(int64(len(d.bytes)))
+				var n int64
+				start := cpuTime()
+				for b.Loop() {
+					var w discardCounter
+					if err := cf.k.encodeFlushing(cf.c, &w, bytes.NewReader(d.bytes), StormFlushEvery, nil); err != nil {
+						b.Fatal(err)
+					}
+					n = w.n
+				}
+				reportCPU(b, start, len(d.bytes))
+				b.ReportMetric(float64(len(d.bytes))/float64(n), "ratio")
+			})
+		}
+	}
+}

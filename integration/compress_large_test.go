@@ -12,8 +12,8 @@ import (
 
 // Compressed variants of large segments: a segment above
 // max_entry lives in the disk tier, and so do its variants, built once in
-// the background from the verified identity file; requests get identity
-// until a variant exists.
+// the background from the verified identity file, or while it is filled;
+// requests get identity while neither exists.
 func TestCompressedLargeDiskTier(t *testing.T) {
 	var img []byte
 	for n := 100_000; len(img) < 16<<20 && n <= 1_600_000; n *= 2 {
@@ -39,8 +39,9 @@ func TestCompressedLargeDiskTier(t *testing.T) {
 		if r.Status != 200 && r.Status != 206 {
 			t.Fatalf("status %d: %s", r.Status, r.Body)
 		}
-		if cl := r.Header.Get("Content-Length"); cl != strconv.Itoa(len(r.Body)) {
-			t.Fatalf("Content-Length %s for a %d-byte body", cl, len(r.Body))
+		// Only a variant followed while it is encoded has no length.
+		if cl := r.Header.Get("Content-Length"); cl != strconv.Itoa(len(r.Body)) && (cl != "" || r.Header.Get("Content-Encoding") == "") {
+			t.Fatalf("Content-Length %q for a %d-byte body", cl, len(r.Body))
 		}
 		return r
 	}
@@ -81,11 +82,12 @@ func TestCompressedLargeDiskTier(t *testing.T) {
 	gz := map[string]string{"Accept-Encoding": "gzip"}
 	browser := map[string]string{"Accept-Encoding": "gzip, deflate, br, zstd"}
 
-	// The first answer fills the disk tier and is identity.
+	// The first answer fills the disk tier and follows the gzip variant
+	// encoded as the fill lands (identity if the fill ended first).
 	r := get(t, gz)
 	check(t, r)
-	if ce := r.Header.Get("Content-Encoding"); ce != "" {
-		t.Fatalf("first answer coded %q before any variant could exist", ce)
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "gzip" {
+		t.Fatalf("first answer coded %q", ce)
 	}
 	await(t, gz, "gzip")
 	await(t, browser, "zstd")

@@ -363,7 +363,7 @@ func TestCompressedDelivery(t *testing.T) {
 
 // TestCompressedProxy: proxy delivery from a real S3 server compresses
 // what the bytes cache holds (one object GET, however many codings), and
-// streams a segment larger than max_entry as identity.
+// a segment larger than max_entry as its disk tier fill lands.
 func TestCompressedProxy(t *testing.T) {
 	srv := s3test.Start(t)
 	srv.CreateBucket(t, "segs")
@@ -407,12 +407,22 @@ func TestCompressedProxy(t *testing.T) {
 		t.Fatalf("%d object GETs for the small segment, want 1 (variants are built from the cached bytes)", n)
 	}
 
+	// Over max_entry: the (default) disk tier fills it once and encodes
+	// its zstd variant as the fill lands, which the first answer
+	// follows; every answer decodes to the segment.
 	lu := signURL(c.Base, key, largeID, 15*time.Minute)
-	for range 5 {
+	for i := range 5 {
 		r := get(lu, map[string]string{"Accept-Encoding": "gzip, zstd"})
-		if r.Header.Get("Content-Encoding") != "" || !bytes.Equal(r.Body, large) {
-			t.Fatalf("a segment over max_entry went out as %q", r.Header.Get("Content-Encoding"))
+		got, err := decodeAs(r.Header.Get("Content-Encoding"), r.Body)
+		if err != nil || !bytes.Equal(got, large) {
+			t.Fatalf("a segment over max_entry: a %q answer that does not decode to it (%v)", r.Header.Get("Content-Encoding"), err)
+		}
+		if i == 0 && r.Header.Get("Content-Encoding") != "zstd" {
+			t.Fatalf("the first answer of a segment over max_entry is %q, want the zstd variant encoded as it is filled", r.Header.Get("Content-Encoding"))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if n := srv.CountRequests(t, "s3_GetObject", s3test.ObjectKey("", largeID)); n != 1 {
+		t.Fatalf("%d object GETs for the large segment, want 1 (its variant follows the fill)", n)
 	}
 }

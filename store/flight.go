@@ -126,3 +126,20 @@ func (g *flight[T]) running(key string) bool {
 	defer g.mu.Unlock()
 	return g.calls[key] != nil
 }
+
+// wait waits until the call for key under way ends, or ctx ends; it
+// reports whether a call was under way and ended.
+func (g *flight[T]) wait(ctx context.Context, key string) bool {
+	g.mu.Lock()
+	fc := g.calls[key]
+	g.mu.Unlock()
+	if fc == nil {
+		return false
+	}
+	select {
+	case <-fc.done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

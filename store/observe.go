@@ -84,6 +84,9 @@ func BodyTier(rc io.Reader) Tier {
 	case *memBody:
 		return TierMemory
 	case *diskBody:
+		if b := rc.(*diskBody); b.h.Growing() {
+			return TierDiskFollow // a variant still being encoded
+		}
 		return TierDisk
 	}
 	return TierStore

@@ -10,7 +10,8 @@ import (
 // Variants of large segments: a segment the bytes cache does not hold
 // but whose length is known (from the record cache) has its variants in
 // the disk tier (disk.Cache.Variant), built from its verified identity
-// file, verified, and kept as files in the same budget. The body is the
+// file or while that file is filled (a growing variant its requests
+// follow), verified, and kept as files in the same budget. The body is the
 // disk tier's reader, so a complete variant file goes out with
 // sendfile(2) like an identity file.
 
@@ -25,16 +26,19 @@ func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadC
 		return nil, 0, VariantUnavailable
 	}
 	h, st := d.Variant(segmentID, size, coding)
-	if st != VariantReady {
+	if st != VariantReady && st != VariantFollowing {
 		return nil, 0, st
 	}
-	r, err := h.Reader(context.Background(), 0, -1) // a complete file: ctx unused
+	// A growing variant's reader waits for its encoder: under the
+	// request's context once the caller binds it (BindContext), else
+	// until the disk tier's fill timeout ends the build.
+	r, err := h.Reader(context.Background(), 0, -1)
 	if err != nil {
 		h.Close()
 		return nil, 0, VariantUnavailable
 	}
 	c.diskReads.Add(1)
-	return &diskBody{h: h, r: r}, h.Size(), VariantReady
+	return &diskBody{h: h, r: r}, h.Size(), st
 }
 
 // variantStats adds the disk tier's variant counts to the memory tier's.
@@ -47,4 +51,17 @@ func (c *Cached) variantStats() VariantStats {
 		s.Incompressible += int64(ds.VariantsIncompressible)
 	}
 	return s
+}
+
+// BindContext makes a body that follows a growing variant stop waiting
+// for more bytes when ctx ends (the request's context: a client that went
+// away). Call it before the first Read; other bodies ignore it.
+func BindContext(ctx context.Context, body io.Reader) {
+	b, ok := body.(*diskBody)
+	if !ok || !b.h.Growing() {
+		return
+	}
+	if r, err := b.h.Reader(ctx, 0, -1); err == nil {
+		b.r = r
+	}
 }

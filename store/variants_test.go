@@ -271,3 +271,71 @@ func TestVariantWithinBudget(t *testing.T) {
 		t.Fatal("three variants and two identities fit a budget they should overflow")
 	}
 }
+
+// A request may wait for a small segment's build under way, within
+// WaitBound: the wait ends with the build, and Variant then has it.
+// Without a build under way, or for a coding not built, it returns at
+// once.
+func TestWaitVariantForBuildUnderWay(t *testing.T) {
+	data := rowsLike(2<<20, 31)
+	c, id := cachedWith(t, DefaultCacheOptions(), data)
+	ctx := context.Background()
+	if c.WaitVariant(ctx, id, compress.Gzip) {
+		t.Fatal("waited with no build under way")
+	}
+	// Hold the build between encoding and verification until released.
+	release := make(chan struct{})
+	SetVariantFaultForTest(c, func(compress.Coding, []byte) { <-release })
+	if _, _, st := c.Variant(id, compress.Gzip); st != VariantBuilding {
+		t.Fatalf("state %d, want building", st)
+	}
+	// Held: the wait gives up at its bound (2 MiB: about 168 ms).
+	t0 := time.Now()
+	if c.WaitVariant(ctx, id, compress.Gzip) {
+		t.Fatal("the wait ended although the build is held")
+	}
+	if took := time.Since(t0); took < WaitBound(int64(len(data)))/2 {
+		t.Fatalf("gave up after %v, bound %v", took, WaitBound(int64(len(data))))
+	}
+	// A caller's context ends its wait too.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if c.WaitVariant(cctx, id, compress.Gzip) {
+		t.Fatal("waited past its context")
+	}
+	// Released, the build ends well within a long bound (the race
+	// detector slows the verification past the real one).
+	c.vt.waitBound = func(int64) time.Duration { return time.Minute }
+	done := make(chan bool, 1)
+	go func() { done <- c.WaitVariant(ctx, id, compress.Gzip) }()
+	time.Sleep(10 * time.Millisecond)
+	close(release)
+	if !<-done {
+		t.Fatal("the wait did not end with the build")
+	}
+	body, _, st := c.Variant(id, compress.Gzip)
+	if st != VariantReady {
+		t.Fatalf("after the wait: state %d, want ready", st)
+	}
+	b, _ := io.ReadAll(body)
+	body.Close()
+	if !bytes.Equal(decode(t, compress.Gzip, b), data) {
+		t.Fatal("the variant does not decode to the segment")
+	}
+	if c.WaitVariant(ctx, id, compress.Zstd) {
+		t.Fatal("waited for a coding with no build")
+	}
+}
+
+func TestWaitBound(t *testing.T) {
+	// 10 Mbit/s; a tenth of the bytes.
+	if got, want := WaitBound(8<<20), 671*time.Millisecond; got < want-time.Millisecond || got > want+time.Millisecond {
+		t.Fatalf("WaitBound(8 MiB) = %v, want about %v", got, want)
+	}
+	if got := WaitBound(256 << 10); got < 20*time.Millisecond || got > 22*time.Millisecond {
+		t.Fatalf("WaitBound(256 KiB) = %v, want about 21 ms", got)
+	}
+	if got := WaitBound(WaitMinSize - 1); got != 0 {
+		t.Fatalf("WaitBound under the minimum = %v, want 0", got)
+	}
+}

@@ -34,6 +34,11 @@
 //	    every 20 ms beside 100 cold clients on 8 segments (one of 24 MiB):
 //	    its failed commits and the share of time the edge held a read
 //	    lock, in a rollback journal and in WAL.
+//	(l) compress storm: 100 clients arriving together on a cold edge for a
+//	    compressible 64 MiB SQLite image (every encoding, then gzip only):
+//	    bytes on the wire against identity, store reads, first bytes.
+//	(m) fair: tenant B's downloads while tenant A's 400 clients ask for
+//	    distinct cold segments, against B alone (the store-work gate).
 //	(n) stalled: 300 connections that request the 64 MiB SQLite segment
 //	    with the disk tier off and never read: the edge's RSS while they
 //	    stall and after they close.
@@ -104,6 +109,7 @@ var scenarios = []scenario{
 	{"i", "compressed delivery: bytes on the wire, encode time, compressed vs identity cache hits", compressScenario},
 	{"j", "store outage: answers by kind through a frozen store (grace, breaker)", outageScenario},
 	{"k", "a busy-handler-free writer beside a cold storm: failed commits and read-lock share, rollback journal and WAL", writerScenario},
+	{"l", "100 clients arriving together on a cold edge for a compressible 64 MiB SQLite image: wire bytes, store reads, first byte", compressStormScenario},
 	{"m", "fair store work: tenant B's downloads while tenant A's clients ask for 400 distinct cold segments", fairScenario},
 	{"n", "stalled readers: RSS of 300 connections that never read a streamed segment (disk off)", stalledScenario},
 }

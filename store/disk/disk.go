@@ -183,6 +183,9 @@ type Stats struct {
 	// verification (at build or after a restart); stopped for not
 	// shrinking by 10%.
 	VariantsMade, VariantsRejected, VariantsIncompressible uint64
+	// Growing variants (grow.go): builds that followed a fill, ended
+	// (kept, dropped or failed); handles given to their followers.
+	VariantsGrown, VariantFollowers uint64
 }
 
 // Cache is the disk tier. Safe for concurrent use.
@@ -218,6 +221,7 @@ type Cache struct {
 
 	vs                                                     *variantState // variants.go; under mu
 	variantsMade, variantsRejected, variantsIncompressible atomic.Uint64
+	variantsGrown, variantFollowers                        atomic.Uint64
 }
 
 // hooks inject faults in tests.
@@ -225,6 +229,7 @@ type hooks struct {
 	write   func(p []byte) error   // before each write to a fill's file
 	create  func() error           // before a fill's file is created
 	variant func(f *os.File) error // after a variant is encoded, before it is verified
+	grow    func(p []byte) []byte  // what a growing variant writes instead of p
 }
 
 // entry is a complete file.
@@ -372,6 +377,8 @@ func (c *Cache) Stats() Stats {
 		VariantsMade:           c.variantsMade.Load(),
 		VariantsRejected:       c.variantsRejected.Load(),
 		VariantsIncompressible: c.variantsIncompressible.Load(),
+		VariantsGrown:          c.variantsGrown.Load(),
+		VariantFollowers:       c.variantFollowers.Load(),
 	}
 }
 

@@ -18,3 +18,7 @@ func SetVariantHookForTest(c *Cache, hook func(f *os.File) error) { c.hooks.vari
 
 // VariantsBuildingForTest is how many variant builds run now.
 func VariantsBuildingForTest(c *Cache) int { return c.variantsBuilding() }
+
+// SetGrowHookForTest makes every write of a growing variant write
+// hook(p) instead of p (a corrupting hook returns an altered copy).
+func SetGrowHookForTest(c *Cache, hook func(p []byte) []byte) { c.hooks.grow = hook }

@@ -16,7 +16,8 @@ import (
 type Handle struct {
 	file *os.File
 	size int64
-	fill *fill // nil for a complete file
+	fill *fill  // nil for a complete file
+	vf   *vfill // a growing variant (grow.go); size is then -1
 	hit  bool
 	// follow is the cache whose following gauge counts this handle,
 	// when Get attached it to a fill another caller started; nil else.
@@ -31,8 +32,14 @@ type Handle struct {
 // caller had started (neither a hit nor the fill's own starter).
 func (h *Handle) Followed() bool { return h.follow != nil }
 
-// Size is the segment's length in bytes.
+// Size is the segment's length in bytes; -1 for a growing variant, whose
+// length is known only at its end (Growing).
 func (h *Handle) Size() int64 { return h.size }
+
+// Growing reports whether the handle reads a variant still being encoded
+// (VariantFollowing): its Reader blocks for more bytes, its length is
+// unknown (Size -1) and its last byte comes only after it was verified.
+func (h *Handle) Growing() bool { return h.vf != nil }
 
 // Hit reports whether Get found the segment complete on disk (no fill
 // started or joined).
@@ -41,7 +48,7 @@ func (h *Handle) Hit() bool { return h.hit }
 // File returns the complete, verified file (positioned anywhere), or nil
 // while the handle reads a fill in progress. For http.ServeContent.
 func (h *Handle) File() *os.File {
-	if h.fill != nil {
+	if h.fill != nil || h.vf != nil {
 		return nil
 	}
 	return h.file
@@ -62,7 +69,17 @@ func (h *Handle) File() *os.File {
 // then abort the response, never end it cleanly. When the fill fails on
 // the disk and the handle has a Reopen, the reader continues from the
 // store instead, verified the same way (handoff.go).
+//
+// A growing variant is read whole only (off 0, n < 0): the reader follows
+// the encoder and holds the last byte back until the variant verified;
+// if the build fails it returns the error instead (abort the response).
 func (h *Handle) Reader(ctx context.Context, off, n int64) (io.Reader, error) {
+	if h.vf != nil {
+		if off != 0 || n >= 0 {
+			return nil, fmt.Errorf("disk cache: a growing variant is read whole")
+		}
+		return &growReader{vf: h.vf, file: h.file, ctx: ctx}, nil
+	}
 	if off < 0 || off > h.size {
 		return nil, fmt.Errorf("disk cache: offset %d outside 0..%d", off, h.size)
 	}

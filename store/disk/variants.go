@@ -43,6 +43,11 @@ const (
 	// the budget has no room for the build beside the identity file, the
 	// directory is unusable); serve identity.
 	VariantUnavailable
+	// VariantFollowing: the handle reads a variant still being encoded
+	// from a fill in progress (grow.go): its length is unknown (Size
+	// -1), its reader blocks for more bytes and fails, rather than end,
+	// if the variant does not verify.
+	VariantFollowing
 )
 
 // notWorthMax bounds the remembered (segment, coding) keys not worth a
@@ -54,6 +59,11 @@ type variantState struct {
 	building map[string]bool
 	notWorth map[string]struct{}
 	slots    chan struct{}
+	// growing are the builds that follow a fill (grow.go), also in
+	// building; growSlots bounds them apart from the builds from
+	// complete files.
+	growing   map[string]*vfill
+	growSlots chan struct{}
 }
 
 func (c *Cache) variantsLocked() *variantState {
@@ -62,6 +72,9 @@ func (c *Cache) variantsLocked() *variantState {
 			building: make(map[string]bool),
 			notWorth: make(map[string]struct{}),
 			slots:    make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
+			growing:  make(map[string]*vfill),
+			// One per core, at least two: a fill followed in two codings.
+			growSlots: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
 		}
 	}
 	return c.vs
@@ -80,7 +93,9 @@ func variantFileKey(name string) bool {
 // Variant returns a handle on the verified coding variant of segmentID
 // (size identity bytes, the record's byteLength) when it is on disk, and
 // otherwise starts building it in the background when it can: it never
-// waits for a build. The handle reads the variant's bytes; its Size is
+// waits for a build. While the segment's fill runs, the build follows the
+// fill and Variant returns a handle on the growing variant
+// (VariantFollowing, grow.go). The handle reads the variant's bytes; its Size is
 // the variant's length and its Reader over a complete file suits
 // sendfile(2). Only gzip and zstd have variants.
 func (c *Cache) Variant(segmentID string, size int64, coding compress.Coding) (*Handle, VariantState) {
@@ -130,11 +145,25 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 		c.mu.Unlock()
 		return nil, VariantNotWorth, false
 	}
+	if vf := vs.growing[vkey]; vf != nil {
+		c.mu.Unlock()
+		return c.followGrow(vf)
+	}
 	if vs.building[vkey] {
 		c.mu.Unlock()
 		return nil, VariantBuilding, false
 	}
 	e := c.entries[key]
+	if f := c.fills[key]; e == nil && f != nil && f.size == size {
+		// The segment is being filled: encode while it lands (grow.go).
+		vf, victims := c.startGrowLocked(vs, f, segmentID, vkey, size, coding)
+		c.mu.Unlock()
+		c.removeFiles(victims)
+		if vf == nil {
+			return nil, VariantUnavailable, false
+		}
+		return c.followGrow(vf)
+	}
 	if e == nil || !e.verified || e.size != size {
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false
