@@ -235,7 +235,11 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 	var buf bytes.Buffer
 	buf.Grow(int(size))
 	src := &ctxReader{ctx: ctx, r: bytes.NewReader(identity)}
+	// A build that fails gives its reservation back before it is marked
+	// not worth: whoever sees the mark sees the budget as it ends.
+	unreserve := func() { c.blobs.release(reserved); reserved = 0 }
 	if _, err := compress.EncodeBounded(coding, &buf, src, size); err != nil {
+		unreserve()
 		if errors.Is(err, compress.ErrIncompressible) {
 			c.vt.incompressible.Add(1)
 			c.vt.markNotWorth(key)
@@ -246,6 +250,7 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 		c.vt.corrupt(coding, buf.Bytes())
 	}
 	if err := compress.Verify(coding, bytes.NewReader(buf.Bytes()), segmentID, size); err != nil {
+		unreserve()
 		if errors.Is(err, compress.ErrMismatch) {
 			c.vt.rejected.Add(1)
 			c.vt.markNotWorth(key)
