@@ -100,7 +100,7 @@ func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3O
 		return nil, s3MapError("GetObject", key, context.DeadlineExceeded)
 	}
 	obj := &S3Object{
-		Body:          &s3Body{ReadCloser: out.Body, cancel: func() { cancel(nil) }},
+		Body:          &s3Body{ReadCloser: out.Body, ctx: ctx, cancel: func() { cancel(nil) }},
 		StatusCode:    http.StatusOK,
 		ContentLength: aws.ToInt64(out.ContentLength),
 		ContentRange:  aws.ToString(out.ContentRange),
@@ -119,11 +119,21 @@ func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3O
 	return obj, nil
 }
 
-// s3Body cancels the GET's context when the body is closed.
+// s3Body cancels the GET's context when the body is closed, and stops
+// reading once that context ends: bytes the transport had already
+// buffered are not handed to a caller that has gone.
 type s3Body struct {
 	io.ReadCloser
+	ctx    context.Context
 	once   sync.Once
 	cancel func()
+}
+
+func (b *s3Body) Read(p []byte) (int, error) {
+	if b.ctx.Err() != nil {
+		return 0, context.Cause(b.ctx)
+	}
+	return b.ReadCloser.Read(p)
 }
 
 func (b *s3Body) Close() error {
