@@ -399,25 +399,12 @@ func (r *growReader) Read(p []byte) (int, error) {
 		}
 		if avail > 0 {
 			vf.mu.Unlock()
-			if int64(len(p)) > avail {
-				p = p[:avail]
-			}
-			m, err := r.file.ReadAt(p, r.pos)
-			r.pos += int64(m)
-			if m > 0 {
-				return m, nil
-			}
-			if err == nil || err == io.EOF {
-				err = io.ErrUnexpectedEOF // written bytes must be there
-			}
-			return 0, unavailable(err)
+			return readWritten(r.file, p, &r.pos, avail)
 		}
 		ch := vf.wake
 		vf.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.ctx.Done():
-			return 0, r.ctx.Err()
+		if err := awaitWake(r.ctx, ch); err != nil {
+			return 0, err
 		}
 	}
 }

@@ -166,26 +166,42 @@ func (r *fillReader) Read(p []byte) (int, error) {
 			}
 		} else if avail := r.avail(f); avail > 0 {
 			f.mu.Unlock()
-			if int64(len(p)) > avail {
-				p = p[:avail]
-			}
-			m, err := r.h.file.ReadAt(p, r.pos)
-			r.pos += int64(m)
-			if m > 0 {
-				return m, nil
-			}
-			if err == nil || err == io.EOF {
-				err = io.ErrUnexpectedEOF // written bytes must be there
-			}
-			return 0, unavailable(err)
+			return readWritten(r.h.file, p, &r.pos, avail)
 		}
 		ch := f.wake
 		f.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.ctx.Done():
-			return 0, r.ctx.Err()
+		if err := awaitWake(r.ctx, ch); err != nil {
+			return 0, err
 		}
+	}
+}
+
+// readWritten reads into p, at most avail bytes, from file at *pos and
+// advances *pos: bytes a fill or a variant build has already written, so
+// they must be there (a short read is a fault, never the end).
+func readWritten(file *os.File, p []byte, pos *int64, avail int64) (int, error) {
+	if int64(len(p)) > avail {
+		p = p[:avail]
+	}
+	m, err := file.ReadAt(p, *pos)
+	*pos += int64(m)
+	if m > 0 {
+		return m, nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF // written bytes must be there
+	}
+	return 0, unavailable(err)
+}
+
+// awaitWake waits until wake is closed (more bytes, or the end) or ctx
+// ends.
+func awaitWake(ctx context.Context, wake <-chan struct{}) error {
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
