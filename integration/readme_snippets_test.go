@@ -99,7 +99,7 @@ func readmeSnippets(t *testing.T, path string) (out []docSnippet, skipped []stri
 }
 
 // docsMarkdown is every Markdown file under docs/, at any depth (the
-// pages, and drafts other branches leave in docs/incoming/).
+// pages and any subfolder).
 func docsMarkdown(t *testing.T) []string {
 	t.Helper()
 	var out []string
