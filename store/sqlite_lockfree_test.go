@@ -16,7 +16,7 @@ import (
 
 // journalStore seeds a store file in journal mode mode ("wal" or
 // "delete") with segs and opens it with SQLite.
-func journalStore(t *testing.T, mode string, segs ...[]byte) (*seed.Writer, *store.SQLite, []string, []string) {
+func journalStore(t testing.TB, mode string, segs ...[]byte) (*seed.Writer, *store.SQLite, []string, []string) {
 	t.Helper()
 	w, err := seed.Create(filepath.Join(t.TempDir(), "segments.sqlite"), 3)
 	if err != nil {
