@@ -256,23 +256,11 @@ func throttle(t *testing.T, target string, chunk int, pause time.Duration) strin
 	}
 	host := strings.TrimPrefix(target, "http://")
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+host+r.URL.RequestURI(), r.Body)
-		if err != nil {
-			w.WriteHeader(502)
-			return
-		}
-		out.Header = r.Header.Clone()
-		out.Host = r.Host
-		res, err := http.DefaultTransport.RoundTrip(out)
-		if err != nil {
-			w.WriteHeader(502)
+		res := forwardHead(w, r, "http://"+host, r.Body)
+		if res == nil {
 			return
 		}
 		defer res.Body.Close()
-		for k, v := range res.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(res.StatusCode)
 		if r.Method != http.MethodGet || r.Header.Get("Range") != "" {
 			io.Copy(w, res.Body)
 			return

@@ -354,23 +354,11 @@ func newFakeS3(t testing.TB, real string) *fakeS3 {
 			return
 		}
 		// proxy: forward the signed request unchanged (Host included).
-		out, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+target+r.URL.RequestURI(), r.Body)
-		if err != nil {
-			w.WriteHeader(502)
-			return
-		}
-		out.Header = r.Header.Clone()
-		out.Host = r.Host
-		res, err := http.DefaultTransport.RoundTrip(out)
-		if err != nil {
-			w.WriteHeader(502)
+		res := forwardHead(w, r, "http://"+target, r.Body)
+		if res == nil {
 			return
 		}
 		defer res.Body.Close()
-		for k, v := range res.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(res.StatusCode)
 		io.Copy(w, res.Body)
 	})}
 	go srv.Serve(l)
@@ -387,4 +375,28 @@ func (f *fakeS3) setMode(m string) {
 		f.release = make(chan struct{})
 	}
 	f.mode.Store(m)
+}
+
+// forwardHead sends r unchanged (its headers and Host) to base plus its
+// request URI, with body, and writes the answer's status line and headers
+// to w. The caller copies the answer's body and closes it; on a transport
+// failure forwardHead has answered 502 itself and returns nil.
+func forwardHead(w http.ResponseWriter, r *http.Request, base string, body io.Reader) *http.Response {
+	out, err := http.NewRequestWithContext(r.Context(), r.Method, base+r.URL.RequestURI(), body)
+	if err != nil {
+		w.WriteHeader(502)
+		return nil
+	}
+	out.Header = r.Header.Clone()
+	out.Host = r.Host
+	res, err := http.DefaultTransport.RoundTrip(out)
+	if err != nil {
+		w.WriteHeader(502)
+		return nil
+	}
+	for k, v := range res.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(res.StatusCode)
+	return res
 }

@@ -108,23 +108,11 @@ func newGateS3(t *testing.T, real string) *gateS3 {
 	}
 	g := &gateS3{URL: "http://" + l.Addr().String(), hit: make(chan struct{}, 16)}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		out, err := http.NewRequestWithContext(r.Context(), r.Method, real+r.URL.RequestURI(), nil)
-		if err != nil {
-			w.WriteHeader(502)
-			return
-		}
-		out.Header = r.Header.Clone()
-		out.Host = r.Host
-		res, err := http.DefaultTransport.RoundTrip(out)
-		if err != nil {
-			w.WriteHeader(502)
+		res := forwardHead(w, r, real, nil)
+		if res == nil {
 			return
 		}
 		defer res.Body.Close()
-		for k, v := range res.Header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(res.StatusCode)
 		var body io.Reader = res.Body
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/seg/") && res.StatusCode/100 == 2 {
 			body = &countReader{r: res.Body, n: &g.segmentBytes}
