@@ -56,6 +56,15 @@ const maxSnapshotRecords = 4096
 // maxBatch is how many records one read transaction reads at most.
 const maxBatch = 64
 
+// batchGather is how long the first batch of a burst waits for the rest.
+const batchGather = time.Millisecond
+
+// maxYields is how often one run of batches gives way to a writer whose
+// journal appeared (a journal left by a crashed writer stays: past this,
+// reads go on and SQLite's locks decide, as a read-only reader cannot
+// roll it back).
+const maxYields = 16
+
 // journalMagic opens a rollback journal's live header (a PERSIST journal
 // zeroes it at commit; TRUNCATE leaves it empty; DELETE removes it).
 var journalMagic = []byte{0xd9, 0xd5, 0x05, 0xf9, 0x20, 0xa1, 0x63, 0xd7}
@@ -66,15 +75,16 @@ type RecordReadStats struct {
 	SnapshotHits int64 // answered from the snapshot, no lock taken
 	Batches      int64 // read transactions (one SHARED lock each, retries aside)
 	Batched      int64 // records read by them
+	Yields       int64 // batches cut short (or not begun) because a writer began
 }
 
 // RecordReadStats returns the counters.
 func (s *SQLite) RecordReadStats() RecordReadStats {
-	return RecordReadStats{SnapshotHits: s.rrHits.Load(), Batches: s.rrBatches.Load(), Batched: s.rrBatched.Load()}
+	return RecordReadStats{SnapshotHits: s.rrHits.Load(), Batches: s.rrBatches.Load(), Batched: s.rrBatched.Load(), Yields: s.rrYields.Load()}
 }
 
 type recordReadCounters struct {
-	rrHits, rrBatches, rrBatched atomic.Int64
+	rrHits, rrBatches, rrBatched, rrYields atomic.Int64
 }
 
 // recordCall is one lookup waiting for a batch.
@@ -245,6 +255,10 @@ func (h *sqliteHandle) lookupRecord(ctx context.Context, sh *sqliteShape, id str
 func (h *sqliteHandle) runBatches() {
 	r := h.records
 	defer r.wg.Done()
+	// Lookups come in bursts (a cold storm, records expiring together):
+	// a moment's wait lets the rest of the burst join the first batch.
+	time.Sleep(batchGather)
+	yields := 0
 	for {
 		r.mu.Lock()
 		if len(r.pending) == 0 {
@@ -265,46 +279,74 @@ func (h *sqliteHandle) runBatches() {
 		r.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), h.busy+time.Second)
-		err := h.retryBusy(ctx, func() error { return h.readBatch(ctx, f, calls) })
+		var done int
+		err := h.retryBusy(ctx, func() (err error) {
+			done, err = h.readBatch(ctx, f, calls, yields < maxYields)
+			return err
+		})
 		cancel()
-		for _, c := range calls {
+		if err != nil {
+			done = len(calls)
+		}
+		for _, c := range calls[:done] {
 			if err != nil {
 				c.rec, c.err = nil, err
 			}
 			close(c.done)
 		}
+		if done < len(calls) {
+			// A writer began: the rest waits for it (retryBusy's
+			// awaitWriter) at the front of the queue.
+			yields++
+			r.stats.rrYields.Add(1)
+			if !writerActive(h.probe) {
+				time.Sleep(time.Millisecond) // no lock seen (or no probe): do not spin
+			}
+			r.mu.Lock()
+			r.pending = append(calls[done:len(calls):len(calls)], r.pending...)
+			r.mu.Unlock()
+		}
 	}
 }
 
-// readBatch reads calls' records in one read transaction. A lock error
-// (or any error of the transaction itself) is returned for the whole
-// batch; a record that does not decode is that call's error.
-func (h *sqliteHandle) readBatch(ctx context.Context, f shapeFlags, calls []*recordCall) error {
+// readBatch reads calls' records in one read transaction and reports
+// how many it read. A lock error (or any error of the transaction
+// itself) is returned for the whole batch; a record that does not decode
+// is that call's error. With yield, it stops early, releasing its lock,
+// when a writer's journal appears beside the file: that writer's commit
+// needs every reader gone, and comes after the journal is synced, so a
+// reader that leaves at once does not fail it.
+func (h *sqliteHandle) readBatch(ctx context.Context, f shapeFlags, calls []*recordCall, yield bool) (int, error) {
 	st, err := h.lookupStmt(ctx, f)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	conn, err := h.db.Conn(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close()
 	tx, err := conn.BeginTx(ctx, nil) // deferred: SHARED from the first read to the end
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback()
 	tst := tx.StmtContext(ctx, st)
 	var vers [16]byte
 	locked, versOK := false, false
+	done := 0
 	for _, c := range calls {
+		if yield && h.records.journalLive() {
+			break
+		}
 		c.rec, c.ver, c.err = scanLookup(ctx, tst, f, c.id)
 		if isBusy(c.err) || ctx.Err() != nil {
 			if c.err == nil {
 				c.err = ctx.Err()
 			}
-			return c.err
+			return 0, c.err
 		}
+		done++
 		if c.err == nil && !locked {
 			// The transaction holds its SHARED lock from this read to
 			// its end: no writer can change the file meanwhile, so the
@@ -314,12 +356,15 @@ func (h *sqliteHandle) readBatch(ctx context.Context, f shapeFlags, calls []*rec
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return err
+		return 0, err
+	}
+	if done == 0 {
+		return 0, nil
 	}
 	h.records.stats.rrBatches.Add(1)
-	h.records.stats.rrBatched.Add(int64(len(calls)))
+	h.records.stats.rrBatched.Add(int64(done))
 	if versOK {
-		h.records.keep(vers, calls)
+		h.records.keep(vers, calls[:done])
 	}
-	return nil
+	return done, nil
 }

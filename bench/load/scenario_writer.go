@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ const (
 
 var (
 	flagWriterRounds = flag.Int("writer-rounds", 1, "cold storms per journal mode in (k), each on a fresh file and edge; the failed commits are summed")
+	flagWriterModes  = flag.String("writer-modes", "delete,wal", "journal modes (k) runs, comma-separated")
 	flagWriterDur    = flag.Duration("writer-dur", 0, "in (k), clients keep downloading (a random segment, a new token each time) until this long after the storm began; 0: one pass each")
 )
 
@@ -63,11 +65,14 @@ func writerScenario(e *env, rep *report) error {
 	}
 	var results []*writerResult
 	rounds := max(*flagWriterRounds, 1)
-	for _, mode := range []string{"delete", "wal"} {
+	for _, mode := range strings.Split(*flagWriterModes, ",") {
+		if mode != "delete" && mode != "wal" {
+			return fmt.Errorf("-writer-modes: %q is neither delete nor wal", mode)
+		}
 		sum := &writerResult{mode: mode, res: busywriter.Result{Errors: map[string]int{}}}
 		var lockSamples float64
 		for round := 1; round <= rounds; round++ {
-			res, err := writerRun(e, mode, segs)
+			res, err := writerRun(e, mode, round, segs)
 			if err != nil {
 				return fmt.Errorf("%s: %w", mode, err)
 			}
@@ -135,8 +140,9 @@ func sizesText(sizes []int) string {
 
 // writerRun seeds a fresh file in mode, starts a cold edge on it, and runs
 // the writer beside the storm.
-func writerRun(e *env, mode string, segs [][]byte) (*writerResult, error) {
-	path := filepath.Join(e.dir, "writer-"+mode+".db")
+func writerRun(e *env, mode string, round int, segs [][]byte) (*writerResult, error) {
+	name := fmt.Sprintf("writer-%s-%d", mode, round)
+	path := filepath.Join(e.dir, name+".db")
 	w, err := seed.Create(path, 3)
 	if err != nil {
 		return nil, err
@@ -165,7 +171,7 @@ func writerRun(e *env, mode string, segs [][]byte) (*writerResult, error) {
 		return nil, err
 	}
 	port := freePort()
-	edge, err := e.startCaddy("writer-"+mode, *flagCaddy, fmt.Sprintf(globalOpts, freePort())+
+	edge, err := e.startCaddy(name, *flagCaddy, fmt.Sprintf(globalOpts, freePort())+
 		edgeSite(port, audTemplate, "store sqlite "+path, ""))
 	if err != nil {
 		return nil, err
@@ -224,6 +230,13 @@ func writerRun(e *env, mode string, segs [][]byte) (*writerResult, error) {
 	r.share, r.samples = probe.Share()
 	if len(r.fails) > 0 {
 		log.Printf("(k) %s: failed downloads: %v", mode, r.fails)
+	}
+	if len(r.res.FailedAt) > 0 {
+		at := make([]string, len(r.res.FailedAt))
+		for i, t := range r.res.FailedAt {
+			at[i] = strconv.FormatInt(t.UnixMicro(), 10)
+		}
+		log.Printf("(k) %s: failed commits began at (unix µs): %s", mode, strings.Join(at, " "))
 	}
 	return r, nil
 }
