@@ -56,7 +56,7 @@ type S3Config struct {
 // redirect delivery, builds the presigner.
 func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	c := h.Store.S3
-	cfg := store.S3Config{
+	cfg := store.S3Options{
 		Bucket:    repl.ReplaceKnown(c.Bucket, ""),
 		Region:    repl.ReplaceKnown(c.Region, ""),
 		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),

@@ -43,7 +43,7 @@ func s3tAt(sec float64) time.Time {
 	return s3tBase.Add(time.Duration(sec * float64(time.Second)))
 }
 
-func s3tStore(t testing.TB, cfg store.S3Config) *store.S3 {
+func s3tStore(t testing.TB, cfg store.S3Options) *store.S3 {
 	t.Helper()
 	if cfg.Bucket == "" {
 		cfg.Bucket = "syncular-segments"
@@ -108,7 +108,7 @@ func s3tParse(t testing.TB, raw string) s3tParsed {
 func TestS3PresignURLShape(t *testing.T) {
 	for _, prefix := range []string{"", "syncular/"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
-			st := s3tStore(t, store.S3Config{Prefix: prefix})
+			st := s3tStore(t, store.S3Options{Prefix: prefix})
 			p := s3tPresigner(t, st, S3PresignOptions{})
 			raw, _, err := p.URL(context.Background(), s3tSeg, s3tAt(7), s3tAt(3600))
 			if err != nil {
@@ -186,7 +186,7 @@ func TestS3PresignBounds(t *testing.T) {
 		{name: "default ttl", now: 3, notAfter: 1e6, start: 0, exp: 60},
 		{name: "grant in year 9999", ttl: 60, now: 3, notAfter: -1, start: 0, exp: 60},
 	}
-	st := s3tStore(t, store.S3Config{})
+	st := s3tStore(t, store.S3Options{})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := s3tPresigner(t, st, S3PresignOptions{TTL: time.Duration(tc.ttl) * time.Second, Window: time.Duration(tc.window) * time.Second})
@@ -236,7 +236,7 @@ func s3tCheckInvariants(t testing.TB, p *S3Presigner, now, notAfter time.Time, u
 }
 
 func TestS3PresignBoundsRandom(t *testing.T) {
-	st := s3tStore(t, store.S3Config{})
+	st := s3tStore(t, store.S3Options{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 300; i++ {
 		ttl := int64(1 + rng.IntN(900))
@@ -273,7 +273,7 @@ func TestS3PresignBoundsRandom(t *testing.T) {
 }
 
 func TestS3PresignOptionsValidation(t *testing.T) {
-	st := s3tStore(t, store.S3Config{})
+	st := s3tStore(t, store.S3Options{})
 	for _, o := range []S3PresignOptions{
 		{TTL: 500 * time.Millisecond},
 		{TTL: 1500 * time.Millisecond},
@@ -311,7 +311,7 @@ func s3tCountSigns(n *atomic.Int64) func(*middleware.Stack) error {
 }
 
 func TestS3PresignCache(t *testing.T) {
-	st := s3tStore(t, store.S3Config{Prefix: "syncular/"})
+	st := s3tStore(t, store.S3Options{Prefix: "syncular/"})
 	var signs atomic.Int64
 	p := s3tPresigner(t, st, S3PresignOptions{TTL: 60 * time.Second, Window: 15 * time.Second}, s3tCountSigns(&signs))
 	ctx := context.Background()
@@ -380,7 +380,7 @@ func TestS3PresignCache(t *testing.T) {
 }
 
 func TestS3PresignCacheBounded(t *testing.T) {
-	st := s3tStore(t, store.S3Config{})
+	st := s3tStore(t, store.S3Options{})
 	p := s3tPresigner(t, st, S3PresignOptions{TTL: 60 * time.Second, MaxEntries: 32})
 	for i := 0; i < 1000; i++ {
 		sum := sha256.Sum256([]byte(strconv.Itoa(i)))
@@ -491,7 +491,7 @@ func s3tDropXID(stack *middleware.Stack) error {
 func TestS3PresignVectors(t *testing.T) {
 	for _, v := range s3tVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
-			st := s3tStore(t, store.S3Config{
+			st := s3tStore(t, store.S3Options{
 				Bucket: v.Config.Bucket, Region: v.Config.Region, Endpoint: v.Config.Endpoint,
 				Prefix: v.Config.KeyPrefix, AccessKeyID: v.Config.AccessKeyID,
 				SecretAccessKey: v.Config.SecretAccessKey, SessionToken: v.Config.SessionToken,
@@ -568,7 +568,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	srv.CreateBucket(t, "segments")
 	body := []byte("bytes behind a presigned redirect")
 	id := s3test.PutSegment(t, srv.Client(), "segments", "syncular/", body, "")
-	st := s3tStore(t, store.S3Config{
+	st := s3tStore(t, store.S3Options{
 		Bucket: "segments", Region: srv.Region, Endpoint: srv.Endpoint, Prefix: "syncular/",
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey,
 	})
@@ -657,7 +657,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 // ---- benchmarks -------------------------------------------------------
 
 func BenchmarkS3PresignCached(b *testing.B) {
-	st := s3tStore(b, store.S3Config{Prefix: "syncular/"})
+	st := s3tStore(b, store.S3Options{Prefix: "syncular/"})
 	p := s3tPresigner(b, st, S3PresignOptions{})
 	ctx := context.Background()
 	now, notAfter := s3tAt(1), s3tAt(1e6)
@@ -677,7 +677,7 @@ func BenchmarkS3PresignCached(b *testing.B) {
 }
 
 func BenchmarkS3PresignUncached(b *testing.B) {
-	st := s3tStore(b, store.S3Config{Prefix: "syncular/"})
+	st := s3tStore(b, store.S3Options{Prefix: "syncular/"})
 	p := s3tPresigner(b, st, S3PresignOptions{})
 	ctx := context.Background()
 	now := s3tAt(0)
