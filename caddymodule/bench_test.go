@@ -139,7 +139,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 			h.Delivery = DeliveryRedirect
 			h.Audience = aud.cfg
 		})
-		h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+		h.presigner, err = presign.NewS3Signer(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3Options{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -49,7 +49,7 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 		h.Delivery = DeliveryRedirect
 		h.now = func() time.Time { return now }
 	})
-	h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+	h.presigner, err = presign.NewS3Signer(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3Options{TTL: time.Duration(h.PresignTTL)})
 	if err != nil {
 		t.Fatal(err)
 	}

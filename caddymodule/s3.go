@@ -94,7 +94,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		return err
 	}
 	if h.Delivery == DeliveryRedirect {
-		p, err := presign.NewS3Presigner(s.Client(), s.Bucket(), s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+		p, err := presign.NewS3Signer(s.Client(), s.Bucket(), s.ObjectKey, presign.S3Options{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
 			return fmt.Errorf("syncular_segments: presign: %v", err)
 		}
