@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go/middleware"
 )
 
 // ErrS3GrantEnded is returned for a notAfter that is not after now: there is
@@ -51,7 +50,6 @@ type S3Options struct {
 // short; expiresAt says so).
 type S3Signer struct {
 	pc        *s3.PresignClient
-	api       []func(*middleware.Stack) error // extra SDK middleware (tests)
 	bucket    string
 	objectKey func(string) string // segment id → object key (the store's layout)
 	cache     *windowCache
@@ -62,11 +60,6 @@ type S3Signer struct {
 // segment id to its key (the store's layout, e.g. store.(*S3).ObjectKey),
 // so this package knows nothing of how a store lays out its bucket.
 func NewS3Signer(client *s3.Client, bucket string, objectKey func(segmentID string) string, opts S3Options) (*S3Signer, error) {
-	return newS3Signer(client, bucket, objectKey, opts)
-}
-
-func newS3Signer(client *s3.Client, bucket string, objectKey func(string) string, opts S3Options,
-	apiOptions ...func(*middleware.Stack) error) (*S3Signer, error) {
 	if client == nil || bucket == "" || objectKey == nil {
 		return nil, errors.New("presign: s3: client, bucket and object key layout are required")
 	}
@@ -97,7 +90,6 @@ func newS3Signer(client *s3.Client, bucket string, objectKey func(string) string
 
 	p := &S3Signer{
 		pc:        pc,
-		api:       apiOptions,
 		bucket:    bucket,
 		objectKey: objectKey,
 		cache:     cache,
@@ -180,13 +172,7 @@ func (p *S3Signer) sign(ctx context.Context, segmentID string, start, expires in
 	st := &sigV4State{at: time.Unix(start, 0).UTC()}
 	ctx = context.WithValue(ctx, sigV4StateKey{}, st)
 	key := p.objectKey(segmentID)
-	optFns := []func(*s3.PresignOptions){s3.WithPresignExpires(time.Duration(expires) * time.Second)}
-	if len(p.api) > 0 {
-		optFns = append(optFns, s3.WithPresignClientFromClientOptions(func(o *s3.Options) {
-			o.APIOptions = append(o.APIOptions, p.api...)
-		}))
-	}
-	req, err := p.pc.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &p.bucket, Key: &key}, optFns...)
+	req, err := p.pc.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &p.bucket, Key: &key}, s3.WithPresignExpires(time.Duration(expires)*time.Second))
 	if err != nil {
 		// SDK presign errors come from credential resolution or endpoint
 		// rules; they carry no URL (none exists yet) and no secret.

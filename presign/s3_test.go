@@ -66,9 +66,16 @@ func s3tStore(t testing.TB, cfg store.S3Options) *store.S3 {
 	return st
 }
 
+// s3tPresigner builds a signer on st's client; api adds SDK middleware to
+// every presign (through a copy of the client, as an operator's client
+// options would).
 func s3tPresigner(t testing.TB, st *store.S3, opts S3Options, api ...func(*middleware.Stack) error) *S3Signer {
 	t.Helper()
-	p, err := newS3Signer(st.Client(), st.Bucket(), st.ObjectKey, opts, api...)
+	client := st.Client()
+	if len(api) > 0 {
+		client = s3.New(client.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, api...) })
+	}
+	p, err := NewS3Signer(client, st.Bucket(), st.ObjectKey, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
