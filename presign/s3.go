@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // ErrS3GrantEnded is returned for a notAfter that is not after now: there is
@@ -125,7 +127,7 @@ func (p *S3Signer) Window() time.Duration { return time.Duration(p.cache.window)
 // cached per (segment, start, expires): every call in a window with the
 // same bound gets the same URL.
 func (p *S3Signer) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, errors.New("presign: s3: malformed segment id")
 	}
 	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
@@ -156,7 +158,7 @@ func (p *S3Signer) URL(ctx context.Context, segmentID string, now, notAfter time
 // for this request is not cached yet (call URL then). It does no I/O and
 // needs no context.
 func (p *S3Signer) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, false
 	}
 	return p.cache.getCached(segmentID, now, notAfter)
