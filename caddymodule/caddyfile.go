@@ -181,10 +181,15 @@ var subdirectives = map[string]func(h *Handler, d *caddyfile.Dispenser) error{
 		h.VerifyStoreOnStart = &b
 		return nil
 	},
-	"store":    parseStore,
-	"cache":    parseCache,
-	"compress": parseCompress,
-	"cdn":      parseCDN, // cdn.go
+	"store":        parseStore,
+	"cache":        parseCache,
+	"compress":     parseCompress,
+	"cdn":          parseCDN,
+	"cache_status": parseCacheStatus,
+	"tenant_key": func(h *Handler, d *caddyfile.Dispenser) (err error) {
+		h.TenantKey, err = oneArg(d)
+		return err
+	},
 }
 
 // parseBlock runs each for every subdirective of the block at nesting,
@@ -291,6 +296,35 @@ func parseStore(h *Handler, d *caddyfile.Dispenser) error {
 	}
 }
 
+// parseCDN parses `cdn cloudfront { domain …; key_pair_id …; private_key …;
+// origin_path … }` (syntax on UnmarshalCaddyfile).
+func parseCDN(h *Handler, d *caddyfile.Dispenser) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.Val() != "cloudfront" {
+		return d.Errf("unknown cdn %q (want cloudfront)", d.Val())
+	}
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	c := &CloudFrontConfig{}
+	h.CDN = &CDNConfig{CloudFront: c}
+	text := map[string]*string{
+		"domain": &c.Domain, "key_pair_id": &c.KeyPairID, "private_key": &c.PrivateKey, "origin_path": &c.OriginPath,
+	}
+	return parseBlock(d, d.Nesting(), "cdn cloudfront: ", func(sub string) error {
+		dst, ok := text[sub]
+		if !ok {
+			return d.Errf("cdn cloudfront: unknown subdirective %q", sub)
+		}
+		if !d.AllArgs(dst) {
+			return d.ArgErr()
+		}
+		return nil
+	})
+}
+
 // parseCache parses the cache block (syntax on UnmarshalCaddyfile).
 func parseCache(h *Handler, d *caddyfile.Dispenser) error {
 	if d.NextArg() {
@@ -301,7 +335,7 @@ func parseCache(h *Handler, d *caddyfile.Dispenser) error {
 	return parseBlock(d, d.Nesting(), "cache: ", func(sub string) error {
 		switch sub {
 		case "disk", "disk_max_bytes":
-			return parseDiskSub(d, c, sub) // disktier.go
+			return parseDiskSub(d, c, sub)
 		case "max_bytes", "max_entry":
 			v, err := oneArg(d)
 			if err != nil {
@@ -343,6 +377,69 @@ func parseCache(h *Handler, d *caddyfile.Dispenser) error {
 		}
 		return nil
 	})
+}
+
+// parseDiskSub parses the disk tier's subdirectives of cache {}:
+//
+//	disk           <dir>|off  # default: <Caddy data dir>/syncular/segments; its own directory
+//	disk_max_bytes <size>     # default 4GiB; 0 turns the disk tier off
+func parseDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
+	v, err := oneArg(d)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "disk":
+		c.Disk = v
+	case "disk_max_bytes":
+		n, err := humanize.ParseBytes(v)
+		if err != nil || n > 1<<50 {
+			return d.Errf("cache: disk_max_bytes: bad size %q", v)
+		}
+		size := int64(n)
+		c.DiskMaxBytes = &size
+	}
+	return nil
+}
+
+// parseCompress parses `compress zstd gzip` (preference order) or
+// `compress off`.
+func parseCompress(h *Handler, d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) == 0 {
+		return d.ArgErr()
+	}
+	if _, err := compressPrefs(args); err != nil {
+		return d.Err(err.Error())
+	}
+	h.Compress = args
+	return nil
+}
+
+// parseCacheStatus parses `cache_status on|off [<name>]`.
+func parseCacheStatus(h *Handler, d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	switch args[0] {
+	case "on":
+		h.CacheStatus = true
+	case "off":
+		if len(args) == 2 {
+			return d.Errf("cache_status off takes no name")
+		}
+		h.CacheStatus = false
+	default:
+		return d.Errf("cache_status must be on or off, not %q", args[0])
+	}
+	if len(args) == 2 {
+		if !cacheStatusNameRe.MatchString(args[1]) {
+			return d.Errf("cache_status: name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", args[1])
+		}
+		h.CacheStatusName = args[1]
+	}
+	return nil
 }
 
 // oneArg returns the subdirective's single argument.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/presign"
@@ -115,33 +114,4 @@ func (h *Handler) provisionCDN(repl *caddy.Replacer, s *store.S3) error {
 		zap.String("domain", opts.Domain), zap.String("key_pair_id", opts.KeyPairID),
 		zap.String("key_type", signer.KeyType()), zap.Duration("ttl", signer.TTL()), zap.Duration("window", signer.Window()))
 	return nil
-}
-
-// parseCDN parses `cdn cloudfront { domain …; key_pair_id …; private_key …;
-// origin_path … }` (syntax on UnmarshalCaddyfile).
-func parseCDN(h *Handler, d *caddyfile.Dispenser) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	if d.Val() != "cloudfront" {
-		return d.Errf("unknown cdn %q (want cloudfront)", d.Val())
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	c := &CloudFrontConfig{}
-	h.CDN = &CDNConfig{CloudFront: c}
-	text := map[string]*string{
-		"domain": &c.Domain, "key_pair_id": &c.KeyPairID, "private_key": &c.PrivateKey, "origin_path": &c.OriginPath,
-	}
-	return parseBlock(d, d.Nesting(), "cdn cloudfront: ", func(sub string) error {
-		dst, ok := text[sub]
-		if !ok {
-			return d.Errf("cdn cloudfront: unknown subdirective %q", sub)
-		}
-		if !d.AllArgs(dst) {
-			return d.ArgErr()
-		}
-		return nil
-	})
 }

@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -136,29 +134,6 @@ func releaseDisk(key string) error {
 	}
 	_, err := diskPool.Delete(key)
 	return err
-}
-
-// parseDiskSub parses the disk tier's subdirectives of cache {}:
-//
-//	disk           <dir>|off  # default: <Caddy data dir>/syncular/segments; its own directory
-//	disk_max_bytes <size>     # default 4GiB; 0 turns the disk tier off
-func parseDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
-	v, err := oneArg(d)
-	if err != nil {
-		return err
-	}
-	switch sub {
-	case "disk":
-		c.Disk = v
-	case "disk_max_bytes":
-		n, err := humanize.ParseBytes(v)
-		if err != nil || n > 1<<50 {
-			return d.Errf("cache: disk_max_bytes: bad size %q", v)
-		}
-		size := int64(n)
-		c.DiskMaxBytes = &size
-	}
-	return nil
 }
 
 // warnCorrupt logs, as a store fault, a body that failed because its
