@@ -2,11 +2,8 @@ package caddymodule
 
 import (
 	"errors"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // CacheConfig bounds the edge's in-memory cache in front of the store
@@ -61,30 +58,6 @@ type CacheConfig struct {
 	// non-zero budget with disk "off" is refused (it would have no
 	// effect).
 	DiskMaxBytes *int64 `json:"disk_max_bytes,omitempty"`
-}
-
-// options returns the store options for c (nil: all defaults, which are
-// store.DefaultCacheOptions).
-func (c *CacheConfig) options(timeout time.Duration, now func() time.Time) store.CacheOptions {
-	o := store.DefaultCacheOptions()
-	o.Timeout = timeout
-	o.Now = now
-	if c == nil {
-		return o
-	}
-	if c.MaxBytes != nil {
-		o.MaxBytes = *c.MaxBytes
-	}
-	if c.MaxEntry != nil {
-		o.MaxEntry = *c.MaxEntry
-	}
-	if c.RecordTTL != nil {
-		o.RecordTTL = time.Duration(*c.RecordTTL)
-	}
-	if c.MaxRecords != nil {
-		o.MaxRecords = *c.MaxRecords
-	}
-	return o
 }
 
 // check refuses negative sizes and durations.

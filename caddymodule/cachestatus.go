@@ -106,9 +106,6 @@ const tenantHexDigits = 16
 func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 	if h.CacheStatus {
 		name := h.CacheStatusName
-		if name == "" {
-			name = DefaultCacheStatusName
-		}
 		if !cacheStatusNameRe.MatchString(name) {
 			return fmt.Errorf("syncular_segments: cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
 		}

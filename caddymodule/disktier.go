@@ -23,33 +23,13 @@ import (
 // DiskOff in cache.disk turns the disk tier off.
 const DiskOff = "off"
 
-// defaultDiskDir is the disk tier's directory when cache.disk is unset:
-// <Caddy's data dir>/syncular/segments.
-func defaultDiskDir() string {
-	return filepath.Join(caddy.AppDataDir(), "syncular", "segments")
-}
-
-// diskDir is the directory of the disk tier, "" when it is off.
-func (c *CacheConfig) diskDir() string {
-	if c == nil {
-		return defaultDiskDir()
-	}
-	if c.Disk == DiskOff || (c.DiskMaxBytes != nil && *c.DiskMaxBytes == 0) {
-		return ""
-	}
-	if c.Disk == "" {
-		return defaultDiskDir()
-	}
-	return c.Disk
-}
-
 // checkDiskDir refuses a disk directory that is a system directory (the
 // root, /etc, /var, /tmp, $HOME, Caddy's own data and config directories
 // ...): the tier removes files in its directory, so it must be one of its
 // own. Whether an existing directory is the tier's (empty, marked, or
 // holding only its files) is checked when it is opened (disk.New).
-func (c *CacheConfig) checkDiskDir() error {
-	dir := c.diskDir()
+func (h *Handler) checkDiskDir() error {
+	dir := h.diskDir
 	if dir == "" {
 		return nil
 	}
@@ -58,13 +38,6 @@ func (c *CacheConfig) checkDiskDir() error {
 			dir, defaultDiskDir())
 	}
 	return nil
-}
-
-func (c *CacheConfig) diskMaxBytes() int64 {
-	if c == nil || c.DiskMaxBytes == nil {
-		return disk.DefaultMaxBytes
-	}
-	return *c.DiskMaxBytes
 }
 
 // diskPool shares a disk.Cache per (directory, budget) across reloads.
@@ -85,7 +58,7 @@ func (p pooledDisk) Destruct() error { return p.Cache.Close() }
 // the config; an unusable one (not creatable, read-only, full) is only a
 // warning and a bypass at request time.
 func (h *Handler) provisionDisk() (*disk.Cache, error) {
-	dir := h.Cache.diskDir()
+	dir := h.diskDir
 	if dir == "" {
 		return nil, nil
 	}
@@ -93,7 +66,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("syncular_segments: cache disk %q: %v", dir, err)
 	}
-	maxBytes := h.Cache.diskMaxBytes()
+	maxBytes := h.diskMaxBytes
 	key := "disk:" + strconv.FormatInt(maxBytes, 10) + ":" + abs
 	val, _, err := diskPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		lp := new(atomic.Pointer[zap.Logger])

@@ -106,10 +106,7 @@ func (h *Handler) configWarnings(repl *caddy.Replacer) []string {
 				"rotated logEpoch is still granted for that long; keep it to seconds (default %v)", time.Duration(*c.RecordTTL), warnRecordTTL, store.DefaultRecordTTL))
 		}
 		if c.MaxEntry != nil {
-			maxBytes := int64(store.DefaultMaxBytes)
-			if c.MaxBytes != nil {
-				maxBytes = *c.MaxBytes
-			}
+			maxBytes := h.cacheOpts.MaxBytes
 			if *c.MaxEntry > maxBytes {
 				w = append(w, fmt.Sprintf("syncular_segments: cache max_entry %s is above max_bytes %s: no segment larger than max_bytes is "+
 					"cached, so max_entry acts as %s; lower max_entry or raise max_bytes", iBytes(*c.MaxEntry), iBytes(maxBytes), iBytes(maxBytes)))

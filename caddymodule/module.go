@@ -172,8 +172,16 @@ type Handler struct {
 	// key does; set this to keep them across a key rotation.
 	TenantKey string `json:"tenant_key,omitempty"`
 
-	skew      time.Duration // Skew resolved (default applied)
-	grace     time.Duration // Grace resolved (default applied)
+	// Resolved by setDefaults (defaults.go), defaults applied: what the
+	// rest of provisioning reads.
+	skew         time.Duration      // Skew
+	grace        time.Duration      // Grace
+	verifyStore  bool               // VerifyStoreOnStart
+	pathStyle    bool               // Store.S3.PathStyle
+	diskDir      string             // Cache.Disk; "" when the disk tier is off
+	diskMaxBytes int64              // Cache.DiskMaxBytes
+	cacheOpts    store.CacheOptions // Cache, StoreTimeout, Grace, the store read gate
+
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
 	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
@@ -296,7 +304,7 @@ func (h *Handler) checkConfig() error {
 	if _, err := compressPrefs(h.Compress); err != nil {
 		return err
 	}
-	if err := h.Cache.checkDiskDir(); err != nil { // disktier.go
+	if err := h.checkDiskDir(); err != nil { // disktier.go
 		return err
 	}
 	return h.Cache.check()

@@ -61,11 +61,8 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		Region:    repl.ReplaceKnown(c.Region, ""),
 		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),
 		Prefix:    repl.ReplaceKnown(c.Prefix, ""),
-		PathStyle: defaultPathStyle,
+		PathStyle: h.pathStyle,
 		Timeout:   time.Duration(h.StoreTimeout),
-	}
-	if c.PathStyle != nil {
-		cfg.PathStyle = *c.PathStyle
 	}
 	// Credentials: expanded once; errors name the setting, never the value.
 	for _, f := range []struct {
@@ -99,11 +96,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 			return fmt.Errorf("syncular_segments: presign: %v", err)
 		}
 		h.presigner = p
-		legacy := h.LegacyHeaders
-		if legacy == "" {
-			legacy = defaultLegacyHeaders
-		}
-		h.streamLegacy = legacy == legacyHeadersStream
+		h.streamLegacy = h.LegacyHeaders == legacyHeadersStream
 		if h.CDN != nil {
 			return h.provisionCDN(repl, s) // cdn.go
 		}
@@ -127,11 +120,7 @@ func (h *Handler) checkS3(ctx caddy.Context, s *store.S3) error {
 	if h.Store.S3.Endpoint != "" {
 		where += " at " + h.Store.S3.Endpoint
 	}
-	verify := defaultVerifyStore
-	if h.VerifyStoreOnStart != nil {
-		verify = *h.VerifyStoreOnStart
-	}
-	if !verify {
+	if !h.verifyStore {
 		h.logger.Warn("s3 store unreachable at start; serving anyway (verify_store_on_start false)",
 			zap.String("bucket", s.Bucket()), zap.Error(err))
 		return nil

@@ -69,9 +69,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 	if err != nil {
 		return err
 	}
-	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
-	opts.Grace = h.grace
-	opts.Fair = h.fairOptions() // fair.go of the store package
+	opts := h.cacheOpts
 	opts.OnBreaker = h.breakerLog()
 	if opts.Disk, err = h.provisionDisk(); err != nil { // disktier.go
 		return err
