@@ -14,7 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // Per-request cache outcome ({http.syncular.cache}, the Cache-Status
@@ -89,9 +88,6 @@ type observe struct {
 	status *[numCacheKinds]string
 	// tenantKey keys {http.syncular.tenant}.
 	tenantKey []byte
-
-	flowCache flowStatser // reported in the flow series (stormmetrics.go)
-	flowDisk  *disk.Cache
 }
 
 // tenantLabel is the fixed label under which the tenant key is derived

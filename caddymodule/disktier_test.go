@@ -196,8 +196,8 @@ func TestServeLargeFromDiskTier(t *testing.T) {
 		t.Fatalf("store opened %d times, want 1", opens)
 	}
 
-	col := newDiskCollector("test_")
-	col.add(dc)
+	col := newScrapeCollector("test_")
+	col.addDisk(dc)
 	for name, want := range map[string]float64{"test_disk_files": 1, "test_disk_fills_total": 1, "test_disk_hits_total": 3, "test_disk_bytes": 2 << 20} {
 		if got := collectOne(t, col, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

@@ -201,9 +201,9 @@ type Handler struct {
 	// configuration sets it.
 	weakKeysOK bool
 
-	metrics    *handlerMetrics // nil: metrics disabled
-	statsCache cacheStatser    // the store's cache, reported in metrics
-	statsDisk  *disk.Cache     // the disk tier, reported in metrics
+	metrics     *handlerMetrics // nil: metrics disabled
+	scraped     scrapedStore    // the store's cache, reported at scrape time
+	scrapedDisk *disk.Cache     // the disk tier, reported at scrape time
 
 	codings  []compress.Coding  // Compress resolved; empty: off
 	variants store.VariantStore // the store's variants; nil: none

@@ -93,7 +93,7 @@ func TestStoreGateAnswersOverloaded(t *testing.T) {
 	}
 
 	// The metrics: no tenant label, the refusal counted under the backend.
-	fc := newFlowCollector("t_")
+	fc := newScrapeCollector("t_")
 	fc.addCache(c, backendSQLite)
 	ch := make(chan prometheus.Metric, 64)
 	fc.Collect(ch)
