@@ -68,7 +68,7 @@ func (c *CacheConfig) check() error {
 	if (c.MaxBytes != nil && *c.MaxBytes < 0) || (c.MaxEntry != nil && *c.MaxEntry < 0) ||
 		(c.RecordTTL != nil && *c.RecordTTL < 0) || (c.MaxRecords != nil && *c.MaxRecords < 0) ||
 		(c.DiskMaxBytes != nil && *c.DiskMaxBytes < 0) {
-		return errors.New("syncular_segments: cache sizes, record_ttl and max_records must not be negative")
+		return errors.New("cache sizes, record_ttl and max_records must not be negative")
 	}
 	return nil
 }

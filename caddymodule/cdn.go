@@ -58,23 +58,23 @@ func (h *Handler) checkCDN() error {
 	}
 	c := h.CDN.CloudFront
 	if c == nil {
-		return errors.New("syncular_segments: cdn needs a provider (cloudfront)")
+		return errors.New("cdn needs a provider (cloudfront)")
 	}
 	if h.Store == nil || h.Store.Backend != backendS3 {
-		return errors.New("syncular_segments: cdn needs an s3 store (the distribution's origin is its bucket)")
+		return errors.New("cdn needs an s3 store (the distribution's origin is its bucket)")
 	}
 	if h.Delivery != DeliveryRedirect {
-		return fmt.Errorf("syncular_segments: cdn applies to delivery redirect only (delivery is %s)", h.Delivery)
+		return fmt.Errorf("cdn applies to delivery redirect only (delivery is %s)", h.Delivery)
 	}
 	for _, f := range []struct{ v, name string }{
 		{c.Domain, "domain"}, {c.KeyPairID, "key_pair_id"}, {c.PrivateKey, "private_key"},
 	} {
 		if f.v == "" {
-			return fmt.Errorf("syncular_segments: cdn cloudfront: %s is required", f.name)
+			return fmt.Errorf("cdn cloudfront: %s is required", f.name)
 		}
 	}
 	if !isPlaceholder(c.PrivateKey) {
-		return errors.New("syncular_segments: cdn cloudfront: write private_key as {file./path/to/key.pem} or {env.NAME}, never the key itself")
+		return errors.New("cdn cloudfront: write private_key as {file./path/to/key.pem} or {env.NAME}, never the key itself")
 	}
 	return nil
 }
@@ -96,7 +96,7 @@ func (h *Handler) provisionCDN(repl *caddy.Replacer, s *store.S3) error {
 		return err
 	}
 	if keyPEM == "" {
-		return errors.New("syncular_segments: cdn cloudfront private_key is empty (check the file or environment variable it names)")
+		return errors.New("cdn cloudfront private_key is empty (check the file or environment variable it names)")
 	}
 	opts := presign.CloudFrontOptions{
 		Domain:        repl.ReplaceKnown(c.Domain, ""),
@@ -107,7 +107,7 @@ func (h *Handler) provisionCDN(repl *caddy.Replacer, s *store.S3) error {
 	}
 	signer, err := presign.NewCloudFrontSigner(s.ObjectKey, opts)
 	if err != nil {
-		return fmt.Errorf("syncular_segments: cdn cloudfront: %s", strings.TrimPrefix(err.Error(), "presign: cloudfront: "))
+		return fmt.Errorf("cdn cloudfront: %s", strings.TrimPrefix(err.Error(), "presign: cloudfront: "))
 	}
 	h.cdn = signer
 	h.logger.Info("redirects go to CloudFront signed URLs",

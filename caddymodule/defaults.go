@@ -160,7 +160,7 @@ func (h *Handler) setDefaults() error {
 		h.StoreQueueWait = caddy.Duration(defaultStoreQueueWait)
 	}
 	if (h.StoreConcurrency != nil && *h.StoreConcurrency < 0) || (h.StoreQueue != nil && *h.StoreQueue < 0) || h.StoreQueueWait < 0 {
-		return errors.New("syncular_segments: store_concurrency, store_queue and store_queue_wait must not be negative")
+		return errors.New("store_concurrency, store_queue and store_queue_wait must not be negative")
 	}
 	if h.MaxTokenLength == 0 {
 		h.MaxTokenLength = defaultMaxTokenLength
@@ -191,7 +191,7 @@ func (h *Handler) setDefaults() error {
 	}
 	h.diskDir, h.diskMaxBytes = h.Cache.diskDir(), h.Cache.diskMaxBytes()
 	if h.skew < 0 || h.grace < 0 || h.PresignTTL < 0 || h.StoreTimeout < 0 || h.MaxTokenLength < 0 {
-		return errors.New("syncular_segments: skew, grace, presign_ttl, store_timeout and max_token_length must not be negative")
+		return errors.New("skew, grace, presign_ttl, store_timeout and max_token_length must not be negative")
 	}
 	h.cacheOpts = h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	h.cacheOpts.Grace = h.grace

@@ -33,7 +33,7 @@ func (h *Handler) checkDiskDir() error {
 		return nil
 	}
 	if disk.SystemDir(dir, caddy.AppDataDir(), caddy.AppConfigDir()) {
-		return fmt.Errorf("syncular_segments: cache disk %q is a system directory; the disk tier removes files in its directory, so give it one of its own (e.g. %s)",
+		return fmt.Errorf("cache disk %q is a system directory; the disk tier removes files in its directory, so give it one of its own (e.g. %s)",
 			dir, defaultDiskDir())
 	}
 	return nil
@@ -63,7 +63,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, fmt.Errorf("syncular_segments: cache disk %q: %v", dir, err)
+		return nil, fmt.Errorf("cache disk %q: %w", dir, err)
 	}
 	maxBytes := h.diskMaxBytes
 	key := "disk:" + strconv.FormatInt(maxBytes, 10) + ":" + abs
@@ -90,7 +90,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 		return pooledDisk{Cache: c, logger: lp}, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("syncular_segments: cache disk %s: %v", abs, err)
+		return nil, fmt.Errorf("cache disk %s: %w", abs, err)
 	}
 	p := val.(pooledDisk)
 	p.logger.Store(h.logger)

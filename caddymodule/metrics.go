@@ -316,7 +316,7 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 	c := moduleCollectors()
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
 		if err := c.register(reg); err != nil {
-			return fmt.Errorf("syncular_segments: registering metrics: %v", err)
+			return fmt.Errorf("registering metrics: %w", err)
 		}
 	}
 	h.metrics = newHandlerMetrics(c, serverName(ctx), h.Store.Backend, h.Delivery, len(h.Keys))

@@ -275,16 +275,16 @@ func (h *Handler) checkConfig() error {
 	switch h.Untokened {
 	case untokenedNext, untokenedReject:
 	default:
-		return fmt.Errorf("syncular_segments: untokened must be next or reject, not %q", h.Untokened)
+		return fmt.Errorf("untokened must be next or reject, not %q", h.Untokened)
 	}
 	switch h.Delivery {
 	case DeliveryServe:
 	case DeliveryRedirect, DeliveryProxy:
 		if h.Store == nil || h.Store.Backend != backendS3 {
-			return fmt.Errorf("syncular_segments: delivery %s needs an s3 store", h.Delivery)
+			return fmt.Errorf("delivery %s needs an s3 store", h.Delivery)
 		}
 	default:
-		return fmt.Errorf("syncular_segments: unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
+		return fmt.Errorf("unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
 	}
 	if err := h.checkLegacyHeaders(); err != nil {
 		return err
@@ -295,10 +295,10 @@ func (h *Handler) checkConfig() error {
 	if h.Delivery == DeliveryRedirect {
 		ttl := time.Duration(h.PresignTTL)
 		if ttl < time.Second {
-			return errors.New("syncular_segments: presign_ttl must be at least 1s")
+			return errors.New("presign_ttl must be at least 1s")
 		}
 		if ttl > presign.MaxS3PresignTTL || ttl%time.Second != 0 {
-			return errors.New("syncular_segments: presign_ttl must be whole seconds, at most 7 days")
+			return errors.New("presign_ttl must be whole seconds, at most 7 days")
 		}
 	}
 	if _, err := compressPrefs(h.Compress); err != nil {
@@ -318,10 +318,10 @@ func (h *Handler) checkLegacyHeaders() error {
 		return nil
 	case legacyHeadersStream, legacyHeadersRedirect:
 	default:
-		return fmt.Errorf("syncular_segments: legacy_headers must be stream or redirect, not %q", h.LegacyHeaders)
+		return fmt.Errorf("legacy_headers must be stream or redirect, not %q", h.LegacyHeaders)
 	}
 	if h.Delivery != DeliveryRedirect {
-		return fmt.Errorf("syncular_segments: legacy_headers applies to delivery redirect only (delivery is %s)", h.Delivery)
+		return fmt.Errorf("legacy_headers applies to delivery redirect only (delivery is %s)", h.Delivery)
 	}
 	return nil
 }

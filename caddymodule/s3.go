@@ -78,13 +78,13 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		}
 		v := repl.ReplaceKnown(f.raw, "")
 		if v == "" {
-			return fmt.Errorf("syncular_segments: store s3 %s is empty (check the placeholder or environment variable it names)", f.what)
+			return fmt.Errorf("store s3 %s is empty (check the placeholder or environment variable it names)", f.what)
 		}
 		*f.dst = v
 	}
 	s, err := store.NewS3(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("syncular_segments: %v", err)
+		return err
 	}
 	h.store = s
 	if err := h.checkS3(ctx, s); err != nil {
@@ -93,7 +93,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	if h.Delivery == DeliveryRedirect {
 		p, err := presign.NewS3Presigner(s.Client(), s.Bucket(), s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
-			return fmt.Errorf("syncular_segments: presign: %v", err)
+			return fmt.Errorf("presign: %w", err)
 		}
 		h.presigner = p
 		h.streamLegacy = h.LegacyHeaders == legacyHeadersStream
@@ -125,6 +125,6 @@ func (h *Handler) checkS3(ctx caddy.Context, s *store.S3) error {
 			zap.String("bucket", s.Bucket()), zap.Error(err))
 		return nil
 	}
-	return fmt.Errorf("syncular_segments: store s3: %s unreachable at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %v",
+	return fmt.Errorf("store s3: %s unreachable at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %w",
 		where, time.Duration(h.StoreTimeout), err)
 }

@@ -36,21 +36,21 @@ type StoreConfig struct {
 // check checks the store's configuration without opening it.
 func (c *StoreConfig) check() error {
 	if c == nil {
-		return errors.New("syncular_segments: a store is required (store sqlite <path> or store s3 {...})")
+		return errors.New("a store is required (store sqlite <path> or store s3 {...})")
 	}
 	switch c.Backend {
 	case backendSQLite:
 		if c.Path == "" {
-			return errors.New("syncular_segments: store sqlite needs a database path")
+			return errors.New("store sqlite needs a database path")
 		}
 	case backendS3:
 		if c.S3 == nil || c.S3.Bucket == "" {
-			return errors.New("syncular_segments: store s3 needs a bucket")
+			return errors.New("store s3 needs a bucket")
 		}
 	case "":
-		return errors.New("syncular_segments: store backend is required (sqlite or s3)")
+		return errors.New("store backend is required (sqlite or s3)")
 	default:
-		return fmt.Errorf("syncular_segments: unknown store backend %q (want sqlite or s3)", c.Backend)
+		return fmt.Errorf("unknown store backend %q (want sqlite or s3)", c.Backend)
 	}
 	return nil
 }
