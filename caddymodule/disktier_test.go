@@ -17,7 +17,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
@@ -89,8 +88,7 @@ func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Han
 		fs.data[id] = bad
 	}
 	h := newTestHandler(t, nil, nil)
-	core, logs := observer.New(zap.DebugLevel)
-	h.logger = zap.New(core)
+	logs := observeLogs(h)
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	opts.MaxEntry = 1 << 20
 	var d *disk.Cache
@@ -103,7 +101,7 @@ func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Han
 		t.Cleanup(func() { d.Close() })
 		opts.Disk = d
 	}
-	h.store = store.NewCached(fs, opts)
+	h.setStore(store.NewCached(fs, opts))
 	return h, fs, "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute)), logs, d
 }
 
