@@ -2,14 +2,14 @@ package compress
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // The levels: the best ratio whose encode of a 64 MiB segment stays within
@@ -56,21 +56,14 @@ func Worthwhile(identitySize, compressedSize int64) bool {
 // budget is the largest worthwhile variant: floor(0.9 × size).
 func budget(size int64) int64 { return size - (size+9)/10 }
 
-// Encode writes src compressed with c to dst, streaming: memory stays
-// bounded by the coder's window whatever the size of src. It returns the
-// number of compressed bytes written. The output is deterministic (no
-// name or time in the gzip header), so every edge makes the same bytes.
-// Identity is ErrCoding: a variant is never the identity bytes.
-func Encode(c Coding, dst io.Writer, src io.Reader) (written int64, err error) {
-	cw := &countWriter{w: dst}
-	err = chosen().encode(c, cw, src)
-	return cw.n, err
-}
-
-// EncodeBounded is Encode for a src of identitySize bytes that gives up,
-// with ErrIncompressible, as soon as the output exceeds what Worthwhile
-// allows; dst then holds a partial stream to discard. It returns the
-// compressed size.
+// EncodeBounded writes src, identitySize bytes, compressed with c to dst,
+// streaming: memory stays bounded by the coder's window whatever the size
+// of src. It returns the number of compressed bytes written. The output
+// is deterministic (no name or time in the gzip header), so every edge
+// makes the same bytes. Identity is ErrCoding: a variant is never the
+// identity bytes. It gives up, with ErrIncompressible, as soon as the
+// output exceeds what Worthwhile allows; dst then holds a partial stream
+// to discard.
 func EncodeBounded(c Coding, dst io.Writer, src io.Reader, identitySize int64) (written int64, err error) {
 	if identitySize <= 0 {
 		return 0, ErrIncompressible
@@ -83,8 +76,8 @@ func EncodeBounded(c Coding, dst io.Writer, src io.Reader, identitySize int64) (
 	return cw.n, err
 }
 
-// coder is a set of encoder settings; chosen is the one Encode uses, the
-// others exist for the level benchmarks.
+// coder is a set of encoder settings; chosen is the one EncodeBounded
+// uses, the others exist for the level benchmarks.
 type coder struct {
 	gzipLevel        int
 	zstdLevel        zstd.EncoderLevel
@@ -154,9 +147,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // difference is ErrMismatch. Decoding stops one byte past size, so a
 // decompression bomb costs at most size+1 decoded bytes.
 func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error {
-	want, err := parseSegmentID(segmentID)
+	want, err := segid.Parse(segmentID)
 	if err != nil {
-		return err
+		return ErrSegmentID
 	}
 	if size < 0 {
 		return fmt.Errorf("%w: negative size", ErrMismatch)
@@ -182,16 +175,15 @@ func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error 
 	default:
 		return fmt.Errorf("%w: %v", ErrCoding, c)
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(dec, size+1))
+	var h segid.Hasher
+	n, err := io.Copy(&h, io.LimitReader(dec, size+1))
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %v: %v", ErrMismatch, c, err)
 	case n != size:
 		return fmt.Errorf("%w: %v decodes to more or fewer than %d bytes", ErrMismatch, c, size)
 	}
-	var got [sha256.Size]byte
-	if h.Sum(got[:0]); got != want {
+	if !h.Matches(want) {
 		return fmt.Errorf("%w: %v decodes to other bytes", ErrMismatch, c)
 	}
 	return nil
@@ -202,8 +194,8 @@ func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error 
 // not be Worthwhile), verifies the result against segmentID, and returns
 // it. A nil error means the bytes may be stored under (segmentID, c).
 func Variant(c Coding, identity []byte, segmentID string) ([]byte, error) {
-	if _, err := parseSegmentID(segmentID); err != nil {
-		return nil, err
+	if !segid.Valid(segmentID) {
+		return nil, ErrSegmentID
 	}
 	size := int64(len(identity))
 	var buf bytes.Buffer
@@ -214,21 +206,4 @@ func Variant(c Coding, identity []byte, segmentID string) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-func parseSegmentID(id string) (sum [sha256.Size]byte, err error) {
-	const prefix = "sha256:"
-	if len(id) != len(prefix)+2*sha256.Size || id[:len(prefix)] != prefix {
-		return sum, ErrSegmentID
-	}
-	hx := id[len(prefix):]
-	for i := 0; i < len(hx); i++ {
-		if c := hx[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return sum, ErrSegmentID
-		}
-	}
-	if _, err := hex.Decode(sum[:], []byte(hx)); err != nil {
-		return sum, ErrSegmentID
-	}
-	return sum, nil
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/cloudfront/sign"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // ErrCloudFrontGrantEnded is returned for a notAfter that is not after
@@ -44,7 +46,7 @@ type CloudFrontOptions struct {
 	// or PKCS #8, at least 2048 bits) or ECDSA P-256 (SEC 1 or PKCS #8).
 	// Encrypted PEM is refused.
 	PrivateKeyPEM []byte
-	// TTL, Window and MaxEntries are as in S3PresignOptions (the same
+	// TTL, Window and MaxEntries are as in S3Options (the same
 	// defaults and limits).
 	TTL        time.Duration
 	Window     time.Duration
@@ -99,7 +101,7 @@ func NewCloudFrontSigner(objectKey func(segmentID string) string, opts CloudFron
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
-		ttl = DefaultS3PresignTTL
+		ttl = DefaultTTL
 	}
 	cache, err := newWindowCache("presign: cloudfront", ttl, opts.Window, opts.MaxEntries)
 	if err != nil {
@@ -132,7 +134,7 @@ func (p *CloudFrontSigner) Len() int { return p.cache.len() }
 // a grant too close to its end is ErrCloudFrontGrantTooShort. expires is
 // the URL's Expires.
 func (p *CloudFrontSigner) URL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, err error) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, errors.New("presign: cloudfront: malformed segment id")
 	}
 	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
@@ -158,7 +160,7 @@ func (p *CloudFrontSigner) URL(segmentID string, now, notAfter time.Time) (url s
 // CachedURL is URL answered from the cache only: ok is false when the URL
 // for this request is not cached yet (call URL then).
 func (p *CloudFrontSigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, false
 	}
 	return p.cache.getCached(segmentID, now, notAfter)

@@ -7,6 +7,18 @@ import (
 	"time"
 )
 
+// Defaults and limits of every signer's options (S3Options,
+// CloudFrontOptions).
+const (
+	// DefaultTTL is the longest life of a signed URL.
+	DefaultTTL = 60 * time.Second
+	// MaxTTL is SigV4's limit on X-Amz-Expires (7 days), applied to
+	// CloudFront's Expires too.
+	MaxTTL = 7 * 24 * time.Hour
+	// DefaultMaxEntries bounds a signer's URL cache.
+	DefaultMaxEntries = 16384
+)
+
 // ErrGrantEnded is wrapped by every signer's "grant already ended" error
 // (ErrS3GrantEnded, ErrCloudFrontGrantEnded): errors.Is(err,
 // ErrGrantEnded) asks it whatever the signer.
@@ -63,7 +75,7 @@ type windowShard struct {
 // whole seconds, at least 1 s) and builds the cache. what names the
 // signer in errors ("presign: s3").
 func newWindowCache(what string, ttl, window time.Duration, maxEntries int) (*windowCache, error) {
-	if ttl < time.Second || ttl > MaxS3PresignTTL || ttl%time.Second != 0 {
+	if ttl < time.Second || ttl > MaxTTL || ttl%time.Second != 0 {
 		return nil, errors.New(what + ": ttl must be whole seconds between 1s and 7 days")
 	}
 	if window == 0 {
@@ -76,7 +88,7 @@ func newWindowCache(what string, ttl, window time.Duration, maxEntries int) (*wi
 		return nil, errors.New(what + ": window must be whole seconds between 1s and the ttl")
 	}
 	if maxEntries <= 0 {
-		maxEntries = DefaultS3PresignMaxEntries
+		maxEntries = DefaultMaxEntries
 	}
 	c := &windowCache{
 		ttl:     int64(ttl / time.Second),
@@ -146,6 +158,8 @@ func (c *windowCache) getCached(segmentID string, now, notAfter time.Time) (stri
 	return e.url, time.Unix(0, e.until), true
 }
 
+// shard is the shard of segmentID, a segment id (segid.Valid, checked by
+// every caller): its first hex digit.
 func (c *windowCache) shard(segmentID string) *windowShard {
 	return &c.shards[hexVal(segmentID[7])]
 }
@@ -213,21 +227,6 @@ func (c *windowCache) len() int {
 		sh.mu.RUnlock()
 	}
 	return n
-}
-
-// validSegmentID reports whether id is "sha256:" and 64 lower-case hex
-// digits (the shard index and the object key rely on it).
-func validSegmentID(id string) bool {
-	if len(id) != 71 || id[:7] != "sha256:" {
-		return false
-	}
-	for i := 7; i < 71; i++ {
-		c := id[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func hexVal(c byte) int {

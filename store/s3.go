@@ -18,9 +18,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
-// Defaults of S3Config.
+// Defaults of S3Options.
 const (
 	// s3MaxAttempts is the SDK retry budget per call: one try and one retry.
 	// Both run inside the call's timeout, so a fault surfaces within it.
@@ -29,9 +31,9 @@ const (
 	s3MaxBackoff = 250 * time.Millisecond
 )
 
-// S3Config configures an S3-compatible segment store (protocol §5.2):
+// S3Options configures an S3-compatible segment store (protocol §5.2):
 // AWS S3, Cloudflare R2, MinIO, versitygw.
-type S3Config struct {
+type S3Options struct {
 	// Bucket holds the segment objects. Required.
 	Bucket string
 	// Region signs requests. "auto" for R2. When empty, the SDK's chain
@@ -76,7 +78,7 @@ type S3 struct {
 
 // NewS3 builds the store. It performs no network I/O: credentials from the
 // default chain are fetched on first use.
-func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
+func NewS3(ctx context.Context, cfg S3Options) (*S3, error) {
 	if cfg.Bucket == "" {
 		return nil, errors.New("store: s3 bucket is required")
 	}
@@ -179,9 +181,7 @@ func (s *S3) ObjectKey(segmentID string) string { return S3ObjectKey(s.prefix, s
 
 // S3ObjectKey is the object key of segmentID under prefix:
 // {prefix}seg/sha256/{hex} (the id's first ":" replaced by "/").
-func S3ObjectKey(prefix, segmentID string) string {
-	return prefix + "seg/" + strings.Replace(segmentID, ":", "/", 1)
-}
+func S3ObjectKey(prefix, segmentID string) string { return segid.ObjectKey(prefix, segmentID) }
 
 // RecordKey is the record object key of segmentID:
 // {prefix}rec/sha256/{hex}.json.
@@ -189,9 +189,7 @@ func (s *S3) RecordKey(segmentID string) string { return S3RecordKey(s.prefix, s
 
 // S3RecordKey is the record object key of segmentID under prefix:
 // {prefix}rec/sha256/{hex}.json (the id's first ":" replaced by "/").
-func S3RecordKey(prefix, segmentID string) string {
-	return prefix + "rec/" + strings.Replace(segmentID, ":", "/", 1) + ".json"
-}
+func S3RecordKey(prefix, segmentID string) string { return segid.RecordKey(prefix, segmentID) }
 
 // maxRecordObject bounds the body of a record object read by Lookup
 // (about 2,500 publications). A larger one is a corrupt record.
@@ -214,7 +212,7 @@ const maxRecordObject = 1 << 20
 // cannot be parsed, or an object whose length is not the record's
 // byteLength, is a fault wrapping ErrCorruptRecord.
 func (s *S3) Lookup(ctx context.Context, segmentID string) (*Record, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

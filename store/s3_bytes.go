@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // S3Object is a GET of a segment object, for a handler that forwards a
@@ -38,10 +40,12 @@ type S3Object struct {
 }
 
 // Open returns the bytes of segmentID from off, n bytes long (n < 0: to the
-// end), streamed from one GetObject. n == 0 returns an empty body without a
-// request. A range past the end is ErrRangeNotSatisfiable.
+// end), streamed from one GetObject, cut at the object's end as the Store
+// contract says. n == 0 returns an empty body without a request; the
+// store's 416 for an offset at or past the end (the only 416 a range built
+// here can get) is an empty body too.
 func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	if off < 0 {
@@ -58,6 +62,9 @@ func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadC
 		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
 	}
 	obj, err := s.OpenRange(ctx, segmentID, rng)
+	if errors.Is(err, ErrRangeNotSatisfiable) {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +77,7 @@ func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadC
 // is a *RangeNotSatisfiableError (errors.Is ErrRangeNotSatisfiable); a
 // missing object is ErrNotFound; everything else failing is a fault.
 func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3Object, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	key := s.ObjectKey(segmentID)
