@@ -70,6 +70,9 @@ func (h *Handler) fairOptions() store.FairOptions {
 	if o.QueueWait <= 0 {
 		o.QueueWait = defaultStoreQueueWait
 	}
+	// store_concurrency is a ceiling: the reads admitted at once follow
+	// the store's latency (store/adaptive.go).
+	o.Adaptive = true
 	return o
 }
 

@@ -26,6 +26,13 @@ import (
 // tenant's newest waiter (which fails ErrOverloaded) instead of being
 // refused itself: a storming tenant cannot hold the whole list either.
 //
+// With Adaptive, Slots is a ceiling and the gate finds how many reads the
+// store serves at once without queueing them inside itself (adaptive.go):
+// a store that saturates (its reads slow down as more run) gets fewer at
+// once, so a read admitted for another tenant runs at about the store's
+// unloaded speed instead of beside 15 slowed ones; a store whose reads
+// keep their latency however many run (a remote S3) keeps all of Slots.
+//
 // Streams of the inner store (a segment served uncached) hold no slot:
 // their length is the client's, not the store's (the handler caps SQLite
 // streams on its own).
@@ -70,6 +77,10 @@ type FairOptions struct {
 	QueueMax int
 	// QueueWait is the longest a read waits; 0: DefaultStoreQueueWait.
 	QueueWait time.Duration
+	// Adaptive makes Slots a ceiling: the reads admitted at once follow
+	// the store's read latency (adaptive.go), between
+	// min(Slots, AdaptiveFloor) and Slots, starting at the floor.
+	Adaptive bool
 }
 
 // DefaultFairOptions returns the defaults of a remote store: 16 slots,
@@ -97,9 +108,11 @@ func TenantOf(ctx context.Context) string {
 }
 
 // FairStats is the gate's state: slots in use, reads waiting (gauges) and
-// reads refused ErrOverloaded since the store was built.
+// reads refused ErrOverloaded since the store was built; Limit is how
+// many reads it admits at once now (Slots, or the adaptive limit).
 type FairStats struct {
 	InUse, Waiting, Refused int64
+	Limit                   int64
 }
 
 // fairGate is the slots and the waiting list. A nil *fairGate admits
@@ -110,14 +123,18 @@ type fairGate struct {
 	// timer returns a channel that fires after d and its stop function
 	// (injected by tests; time.NewTimer otherwise).
 	timer func(d time.Duration) (<-chan time.Time, func() bool)
+	// now times the reads of the adaptive limit (injected by tests).
+	now func() time.Time
 
 	mu      sync.Mutex
+	limit   int       // reads admitted at once: slots, or the adaptive limit
+	adapt   *adaptive // nil: limit is slots
 	inUse   int
 	waiting int
 	tenants map[string]*tenantQueue // tenants with waiters
 	ring    []*tenantQueue          // the same, in admission order
 
-	inUseG, waitingG, refused atomic.Int64
+	inUseG, waitingG, refused, limitG atomic.Int64
 }
 
 type tenantQueue struct {
@@ -140,14 +157,22 @@ func newFairGate(o FairOptions) *fairGate {
 	if o.QueueWait <= 0 {
 		o.QueueWait = DefaultStoreQueueWait
 	}
-	return &fairGate{
+	g := &fairGate{
 		slots: o.Slots, queueMax: max(o.QueueMax, 0), wait: o.QueueWait,
 		timer: func(d time.Duration) (<-chan time.Time, func() bool) {
 			t := time.NewTimer(d)
 			return t.C, t.Stop
 		},
+		now:     time.Now,
+		limit:   o.Slots,
 		tenants: map[string]*tenantQueue{},
 	}
+	if o.Adaptive {
+		g.adapt = newAdaptive(o.Slots)
+		g.limit = g.adapt.limit
+	}
+	g.limitG.Store(int64(g.limit))
+	return g
 }
 
 // acquire takes a slot for the tenant of ctx, waiting for one if need be
@@ -161,7 +186,7 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	g.mu.Lock()
-	if g.inUse < g.slots && g.waiting == 0 {
+	if g.inUse < g.limit && g.waiting == 0 {
 		g.inUse++
 		g.inUseG.Store(int64(g.inUse))
 		g.mu.Unlock()
@@ -208,7 +233,7 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 		// Admitted as ctx ended: the read would fail at once (and
 		// count against the store), so the slot goes on to the next
 		// waiter.
-		g.release()
+		g.release(time.Time{})
 		if errors.Is(err, context.DeadlineExceeded) {
 			g.refused.Add(1)
 			return nil, fmt.Errorf("%w (waited for a read slot)", ErrOverloaded)
@@ -228,21 +253,50 @@ func (g *fairGate) settledLocked(w *waiter) bool {
 	}
 }
 
-// releaser returns the release function of one slot (idempotent).
+// releaser returns the release function of one slot (idempotent); the
+// time it held the slot is the read's latency of the adaptive limit.
 func (g *fairGate) releaser() func() {
 	var once sync.Once
-	return func() { once.Do(g.release) }
+	var start time.Time
+	if g.adapt != nil {
+		start = g.now()
+	}
+	return func() { once.Do(func() { g.release(start) }) }
 }
 
-// release hands the slot to the next tenant's oldest waiter, or frees it.
-func (g *fairGate) release() {
+// release hands the slot to the next tenant's oldest waiter, or frees it
+// (when none waits, or the adaptive limit is now below the slots in
+// use). start is when the read took the slot (zero: no read ran).
+func (g *fairGate) release(start time.Time) {
+	var held time.Duration
+	if g.adapt != nil && !start.IsZero() {
+		held = max(g.now().Sub(start), 1)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.ring) == 0 {
+	if held > 0 {
+		if l := g.adapt.observe(held, g.now()); l != g.limit {
+			g.limit = l
+			g.limitG.Store(int64(l))
+		}
+	}
+	if len(g.ring) == 0 || g.inUse > g.limit {
 		g.inUse--
 		g.inUseG.Store(int64(g.inUse))
 		return
 	}
+	g.grantLocked()
+	// A limit that grew admits more waiters at once.
+	for len(g.ring) > 0 && g.inUse < g.limit {
+		g.inUse++
+		g.inUseG.Store(int64(g.inUse))
+		g.grantLocked()
+	}
+}
+
+// grantLocked passes a slot already counted in inUse to the next
+// tenant's oldest waiter.
+func (g *fairGate) grantLocked() {
 	tq := g.ring[0]
 	w := tq.q[0]
 	tq.q[0] = nil
@@ -257,7 +311,7 @@ func (g *fairGate) release() {
 	g.waiting--
 	g.waitingG.Store(int64(g.waiting))
 	w.granted = true
-	close(w.ready) // the slot passes to w: inUse unchanged
+	close(w.ready) // the slot passes to w
 }
 
 // enqueueLocked adds a waiter for tenant, pushing out the newest waiter
@@ -323,5 +377,5 @@ func (g *fairGate) stats() FairStats {
 	if g == nil {
 		return FairStats{}
 	}
-	return FairStats{InUse: g.inUseG.Load(), Waiting: g.waitingG.Load(), Refused: g.refused.Load()}
+	return FairStats{InUse: g.inUseG.Load(), Waiting: g.waitingG.Load(), Refused: g.refused.Load(), Limit: g.limitG.Load()}
 }
