@@ -250,3 +250,44 @@ func TestFairGateFixedIgnoresLatency(t *testing.T) {
 		t.Fatalf("fixed gate: %+v", s)
 	}
 }
+
+// TestFairGateTenantHoldingNoneGoesFirst: a freed slot goes to the
+// waiting tenant holding the fewest slots, not to the ring's next: A
+// holds both slots and has waited longer, yet B (holding none) is admitted
+// at the first release; A's waiter at the second, when B holds as many.
+// Plain round-robin would admit A's first.
+func TestFairGateTenantHoldingNoneGoesFirst(t *testing.T) {
+	g := newFairGate(FairOptions{Slots: 2, QueueMax: 10, QueueWait: time.Minute})
+	a := WithTenant(context.Background(), "A")
+	h1, err := g.acquire(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := g.acquire(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wa := queueWaiter(t, g, context.Background(), "A")
+	wb := queueWaiter(t, g, context.Background(), "B")
+	h1()
+	select {
+	case got := <-wb:
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		defer got.release()
+	case <-wa:
+		t.Fatal("A's waiter was admitted before B's, though A held the other slot and B none")
+	case <-time.After(5 * time.Second):
+		t.Fatal("nobody admitted")
+	}
+	h2()
+	got := <-wa
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	got.release()
+	if s := g.stats(); s.InUse != 1 || s.Waiting != 0 {
+		t.Fatalf("stats %+v, want B's 1 in use", s)
+	}
+}

@@ -19,9 +19,10 @@ import (
 //
 // Waiting reads are admitted round-robin across tenants: each tenant (the
 // verified audience, WithTenant) has its own FIFO, and a freed slot goes
-// to the head of the next tenant's list in turn, so a tenant with 400 cold
-// segments queued delays a tenant with 2 by at most one read per slot
-// freed, not by its 400. When the list is full, a newcomer whose tenant
+// to the head of the next tenant's list in turn, among the tenants that
+// hold the fewest slots (a tenant holding none goes first), so a tenant
+// with 400 cold segments queued delays a tenant with 2 by at most one
+// read per slot freed, not by its 400. When the list is full, a newcomer whose tenant
 // has fewer reads waiting than the tenant with the most pushes out that
 // tenant's newest waiter (which fails ErrOverloaded) instead of being
 // refused itself: a storming tenant cannot hold the whole list either.
@@ -132,6 +133,7 @@ type fairGate struct {
 	inUse   int
 	waiting int
 	tenants map[string]*tenantQueue // tenants with waiters
+	held    map[string]int          // slots in use, by tenant
 	ring    []*tenantQueue          // the same, in admission order
 
 	inUseG, waitingG, refused, limitG atomic.Int64
@@ -166,6 +168,7 @@ func newFairGate(o FairOptions) *fairGate {
 		now:     time.Now,
 		limit:   o.Slots,
 		tenants: map[string]*tenantQueue{},
+		held:    map[string]int{},
 	}
 	if o.Adaptive {
 		g.adapt = newAdaptive(o.Slots)
@@ -185,14 +188,16 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	tenant := TenantOf(ctx)
 	g.mu.Lock()
 	if g.inUse < g.limit && g.waiting == 0 {
 		g.inUse++
 		g.inUseG.Store(int64(g.inUse))
+		g.held[tenant]++
 		g.mu.Unlock()
-		return g.releaser(), nil
+		return g.releaser(tenant), nil
 	}
-	w, ok := g.enqueueLocked(TenantOf(ctx))
+	w, ok := g.enqueueLocked(tenant)
 	g.mu.Unlock()
 	if !ok {
 		g.refused.Add(1)
@@ -233,14 +238,14 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 		// Admitted as ctx ended: the read would fail at once (and
 		// count against the store), so the slot goes on to the next
 		// waiter.
-		g.release(time.Time{})
+		g.release(time.Time{}, tenant)
 		if errors.Is(err, context.DeadlineExceeded) {
 			g.refused.Add(1)
 			return nil, fmt.Errorf("%w (waited for a read slot)", ErrOverloaded)
 		}
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return g.releaser(), nil
+	return g.releaser(tenant), nil
 }
 
 // settledLocked reports whether w was admitted or pushed out already.
@@ -255,25 +260,29 @@ func (g *fairGate) settledLocked(w *waiter) bool {
 
 // releaser returns the release function of one slot (idempotent); the
 // time it held the slot is the read's latency of the adaptive limit.
-func (g *fairGate) releaser() func() {
+func (g *fairGate) releaser(tenant string) func() {
 	var once sync.Once
 	var start time.Time
 	if g.adapt != nil {
 		start = g.now()
 	}
-	return func() { once.Do(func() { g.release(start) }) }
+	return func() { once.Do(func() { g.release(start, tenant) }) }
 }
 
 // release hands the slot to the next tenant's oldest waiter, or frees it
 // (when none waits, or the adaptive limit is now below the slots in
-// use). start is when the read took the slot (zero: no read ran).
-func (g *fairGate) release(start time.Time) {
+// use). start is when the read took the slot (zero: no read ran);
+// tenant is whose read it was.
+func (g *fairGate) release(start time.Time, tenant string) {
 	var held time.Duration
 	if g.adapt != nil && !start.IsZero() {
 		held = max(g.now().Sub(start), 1)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.held[tenant]--; g.held[tenant] <= 0 {
+		delete(g.held, tenant)
+	}
 	if held > 0 {
 		if l := g.adapt.observe(held, g.now()); l != g.limit {
 			g.limit = l
@@ -294,15 +303,28 @@ func (g *fairGate) release(start time.Time) {
 	}
 }
 
-// grantLocked passes a slot already counted in inUse to the next
-// tenant's oldest waiter.
+// grantLocked passes a slot already counted in inUse to the oldest
+// waiter of the next tenant in turn: the first in the ring among the
+// tenants holding the fewest slots, so a tenant that holds none (one
+// arriving beside a storm) is served at the next release, and a tenant
+// whose reads run one at a time is not made to alternate with one
+// holding every slot. Among tenants holding as many, the order is the
+// ring's (round-robin).
 func (g *fairGate) grantLocked() {
-	tq := g.ring[0]
+	i := 0
+	for j, t := range g.ring {
+		if g.held[t.key] < g.held[g.ring[i].key] {
+			i = j
+		}
+	}
+	tq := g.ring[i]
 	w := tq.q[0]
 	tq.q[0] = nil
 	tq.q = tq.q[1:]
-	g.ring[0] = nil
-	g.ring = g.ring[1:]
+	copy(g.ring[i:], g.ring[i+1:])
+	g.ring[len(g.ring)-1] = nil
+	g.ring = g.ring[:len(g.ring)-1]
+	g.held[tq.key]++
 	if len(tq.q) > 0 {
 		g.ring = append(g.ring, tq) // its next read waits for its next turn
 	} else {
