@@ -98,7 +98,7 @@ func edgeHeap(admin int) string {
 	var v struct {
 		Memstats struct {
 			HeapAlloc, HeapSys, HeapReleased, StackSys, Sys uint64
-			NumGC                                        uint32
+			NumGC                                           uint32
 		} `json:"memstats"`
 	}
 	if json.NewDecoder(resp.Body).Decode(&v) != nil {
