@@ -72,6 +72,9 @@ func (h *Handler) fairOptions() store.FairOptions {
 	if h.StoreQueue != nil {
 		o.QueueMax = *h.StoreQueue
 	}
+	// store_concurrency is a ceiling: the reads admitted at once follow
+	// the store's latency (store/adaptive.go).
+	o.Adaptive = true
 	return o
 }
 
