@@ -11,6 +11,7 @@ import (
 	"runtime"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Variants: content-coded copies of complete, verified segment files,
@@ -99,7 +100,7 @@ func variantFileKey(name string) bool {
 // the variant's length and its Reader over a complete file suits
 // sendfile(2). Only gzip and zstd have variants.
 func (c *Cache) Variant(segmentID string, size int64, coding compress.Coding) (*Handle, VariantState) {
-	key, ok := parseID(segmentID)
+	key, ok := segid.Hex(segmentID)
 	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return nil, VariantUnavailable
 	}
