@@ -31,10 +31,11 @@ import (
 const largeSize = 64 << 20
 
 var (
-	flagLargeRounds = flag.Int("large-rounds", 3, "rounds of the large-segment scenarios (e) and (g)")
-	flagWriteChunk  = flag.String("write-chunk", "", "the large-segment edges' `servers { timeouts { write_max_chunk } }` (e.g. 2MiB); empty: Caddy's default, 64 KiB")
-	flagPprofCrowd  = flag.Duration("pprof-crowd", 5*time.Second, "with -pprof: how long the edge's CPU profile of each crowd of (e) and (l) runs from the crowd's release")
-	flagPprofHeapAt = flag.Duration("pprof-heap-at", 2*time.Second, "with -pprof: when, after each crowd of (e) and (l) is released, the edge's heap profile (in use, after a GC) is taken")
+	flagLargeRounds   = flag.Int("large-rounds", 3, "rounds of the large-segment scenarios (e) and (g)")
+	flagWriteChunk    = flag.String("write-chunk", "", "the large-segment edges' `servers { timeouts { write_max_chunk } }` (e.g. 2MiB); empty: Caddy's default, 64 KiB")
+	flagLargeBackends = flag.String("large-backends", "sqlite,s3", "the stores (e) measures, comma-separated")
+	flagPprofCrowd    = flag.Duration("pprof-crowd", 5*time.Second, "with -pprof: how long the edge's CPU profile of each crowd of (e) and (l) runs from the crowd's release")
+	flagPprofHeapAt   = flag.Duration("pprof-heap-at", 2*time.Second, "with -pprof: when, after each crowd of (e) and (l) is released, the edge's heap profile (in use, after a GC) is taken")
 )
 
 // crowdProfiles starts, when -pprof is set, the profiles of a crowd just
