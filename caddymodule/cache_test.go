@@ -147,7 +147,7 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 		maxEntry int64
 	}{{"cached", store.DefaultMaxEntry}, {"streamed", 1024}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s3s, err := store.NewS3(context.Background(), store.S3Config{
+			s3s, err := store.NewS3(context.Background(), store.S3Options{
 				Bucket: bucket, Region: srv.Region, Endpoint: srv.Endpoint,
 				AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true, Timeout: 5 * time.Second,
 			})
@@ -218,7 +218,7 @@ func TestRefusalRevalidates(t *testing.T) {
 	body := []byte("republished segment")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(-time.Minute))) // expired
 	now := testNow
-	h := newTestHandler(t, nil, func(h *Handler) { h.now = func() time.Time { return now } })
+	h := newTestHandler(t, nil, withClock(func() time.Time { return now }))
 	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 

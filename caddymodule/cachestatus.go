@@ -12,10 +12,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // Per-request cache outcome ({http.syncular.cache}, the Cache-Status
@@ -90,9 +88,6 @@ type observe struct {
 	status *[numCacheKinds]string
 	// tenantKey keys {http.syncular.tenant}.
 	tenantKey []byte
-
-	flowCache flowStatser // reported in the flow series (stormmetrics.go)
-	flowDisk  *disk.Cache
 }
 
 // tenantLabel is the fixed label under which the tenant key is derived
@@ -107,9 +102,6 @@ const tenantHexDigits = 16
 func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 	if h.CacheStatus {
 		name := h.CacheStatusName
-		if name == "" {
-			name = DefaultCacheStatusName
-		}
 		if !cacheStatusNameRe.MatchString(name) {
 			return fmt.Errorf("syncular_segments: cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
 		}
@@ -178,38 +170,4 @@ func variantKind(body io.Reader) cacheKind {
 		return cacheFollower
 	}
 	return cacheMemory
-}
-
-// parseCacheStatus parses `cache_status on|off [<name>]`.
-func parseCacheStatus(h *Handler, d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) < 1 || len(args) > 2 {
-		return d.ArgErr()
-	}
-	switch args[0] {
-	case "on":
-		h.CacheStatus = true
-	case "off":
-		if len(args) == 2 {
-			return d.Errf("cache_status off takes no name")
-		}
-		h.CacheStatus = false
-	default:
-		return d.Errf("cache_status must be on or off, not %q", args[0])
-	}
-	if len(args) == 2 {
-		if !cacheStatusNameRe.MatchString(args[1]) {
-			return d.Errf("cache_status: name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", args[1])
-		}
-		h.CacheStatusName = args[1]
-	}
-	return nil
-}
-
-func init() {
-	subdirectives["cache_status"] = parseCacheStatus
-	subdirectives["tenant_key"] = func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.TenantKey, err = oneArg(d)
-		return err
-	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -51,20 +50,6 @@ func compressPrefs(list []string) ([]compress.Coding, error) {
 		prefs = append(prefs, c)
 	}
 	return prefs, nil
-}
-
-// parseCompress parses `compress zstd gzip` (preference order) or
-// `compress off`.
-func parseCompress(h *Handler, d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) == 0 {
-		return d.ArgErr()
-	}
-	if _, err := compressPrefs(args); err != nil {
-		return d.Err(err.Error())
-	}
-	h.Compress = args
-	return nil
 }
 
 // compressing reports whether this handler may send a coded answer.

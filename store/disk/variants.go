@@ -363,13 +363,3 @@ func (r *ctxReader) Read(p []byte) (int, error) {
 	}
 	return r.r.Read(p)
 }
-
-// variantsBuilding is how many builds run (tests).
-func (c *Cache) variantsBuilding() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.vs == nil {
-		return 0
-	}
-	return len(c.vs.building)
-}
