@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -156,28 +155,6 @@ func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
 	now := time.Now()
 	d.tr.statusAt = now // tracing.go
 	h.metrics.firstByte(k, now.Sub(d.start))
-}
-
-// openTier opens the segment's bytes and names the tier that answered:
-// the store's own answer when it says (store.TierOpener), else a stream.
-func (h *Handler) openTier(ctx context.Context, segID string, off, n int64) (io.ReadCloser, cacheKind, error) {
-	if to, ok := h.store.(store.TierOpener); ok {
-		rc, t, err := to.OpenTier(ctx, segID, off, n)
-		return rc, kindOfTier(t), err
-	}
-	rc, err := h.store.Open(ctx, segID, off, n)
-	return rc, cacheStream, err
-}
-
-// variantKind is the cache kind of a held variant's body.
-func variantKind(body io.Reader) cacheKind {
-	switch store.BodyTier(body) {
-	case store.TierDisk:
-		return cacheDisk
-	case store.TierDiskFollow: // a variant encoded as its segment is filled
-		return cacheFollower
-	}
-	return cacheMemory
 }
 
 // parseCacheStatus parses `cache_status on|off [<name>]`.
