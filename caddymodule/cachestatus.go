@@ -14,7 +14,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // Per-request cache outcome ({http.syncular.cache}, the Cache-Status
@@ -91,7 +90,7 @@ type observe struct {
 	tenantKey []byte
 
 	flowCache flowStatser // reported in the flow series (stormmetrics.go)
-	flowDisk  *disk.Cache
+	flowDisk  *store.DiskTier
 }
 
 // tenantLabel is the fixed label under which the tenant key is derived

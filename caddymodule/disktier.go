@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // The disk tier: segments too large for the memory cache are
@@ -55,7 +54,7 @@ func (c *CacheConfig) checkDiskDir() error {
 	if dir == "" {
 		return nil
 	}
-	if disk.SystemDir(dir, caddy.AppDataDir(), caddy.AppConfigDir()) {
+	if store.DiskSystemDir(dir, caddy.AppDataDir(), caddy.AppConfigDir()) {
 		return fmt.Errorf("syncular_segments: cache disk %q is a system directory; the disk tier removes files in its directory, so give it one of its own (e.g. %s)",
 			dir, defaultDiskDir())
 	}
@@ -64,7 +63,7 @@ func (c *CacheConfig) checkDiskDir() error {
 
 func (c *CacheConfig) diskMaxBytes() int64 {
 	if c == nil || c.DiskMaxBytes == nil {
-		return disk.DefaultMaxBytes
+		return store.DefaultDiskMaxBytes
 	}
 	return *c.DiskMaxBytes
 }
@@ -76,17 +75,17 @@ var diskPool = caddy.NewUsagePool()
 // config that provisioned it last (an older config's logger may be
 // closed by a reload).
 type pooledDisk struct {
-	*disk.Cache
+	*store.DiskTier
 	logger *atomic.Pointer[zap.Logger]
 }
 
-func (p pooledDisk) Destruct() error { return p.Cache.Close() }
+func (p pooledDisk) Destruct() error { return p.DiskTier.Close() }
 
 // provisionDisk returns the disk tier for h's cache config (nil when it
 // is off). A directory that is not the tier's (not empty, no marker) fails
 // the config; an unusable one (not creatable, read-only, full) is only a
 // warning and a bypass at request time.
-func (h *Handler) provisionDisk() (*disk.Cache, error) {
+func (h *Handler) provisionDisk() (*store.DiskTier, error) {
 	dir := h.Cache.diskDir()
 	if dir == "" {
 		return nil, nil
@@ -100,7 +99,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	val, _, err := diskPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		lp := new(atomic.Pointer[zap.Logger])
 		lp.Store(h.logger)
-		c, err := disk.New(disk.Options{Dir: abs, MaxBytes: maxBytes, Warn: func(msg string, err error) {
+		c, err := store.NewDiskTier(store.DiskOptions{Dir: abs, MaxBytes: maxBytes, Warn: func(msg string, err error) {
 			l := lp.Load()
 			if l == nil {
 				return
@@ -117,7 +116,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pooledDisk{Cache: c, logger: lp}, nil
+		return pooledDisk{DiskTier: c, logger: lp}, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("syncular_segments: cache disk %s: %v", abs, err)
@@ -125,8 +124,8 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	p := val.(pooledDisk)
 	p.logger.Store(h.logger)
 	h.diskKey = key
-	h.disk = p.Cache
-	return p.Cache, nil
+	h.disk = p.DiskTier
+	return p.DiskTier, nil
 }
 
 // releaseDisk gives back the handler's share of its disk tier.
@@ -162,11 +161,11 @@ func parseDiskSub(d *caddyfile.Dispenser, c *CacheConfig, sub string) error {
 }
 
 // warnCorrupt logs, as a store fault, a body that failed because its
-// bytes do not match their id (the response is then aborted). The error
-// names the segment id only: no partition, no token.
+// bytes do not match their id (the response is then aborted; the store's
+// bodies map every tier's mismatch to ErrCorruptSegment). The error names
+// the segment id only: no partition, no token.
 func (h *Handler) warnCorrupt(segID string, err error) {
-	if errors.Is(err, store.ErrCorruptSegment) || errors.Is(err, disk.ErrHashMismatch) ||
-		errors.Is(err, disk.ErrSizeMismatch) {
+	if errors.Is(err, store.ErrCorruptSegment) {
 		h.logger.Warn("segment bytes from the store do not match their id; response aborted",
 			zap.String("segment_id", segID), zap.Error(err))
 	}
@@ -175,7 +174,7 @@ func (h *Handler) warnCorrupt(segID string, err error) {
 // diskCollector reports the counters of every live disk tier at scrape
 // time (a tier shared by several handlers is counted once).
 type diskCollector struct {
-	disks refSet[*disk.Cache, struct{}]
+	disks refSet[*store.DiskTier, struct{}]
 
 	bytes, files, reserved *prometheus.Desc
 	hits, fills, followers *prometheus.Desc
@@ -202,8 +201,8 @@ func newDiskCollector(prefix string) *diskCollector {
 	}
 }
 
-func (c *diskCollector) add(d *disk.Cache)    { c.disks.add(d, struct{}{}) }
-func (c *diskCollector) remove(d *disk.Cache) { c.disks.remove(d) }
+func (c *diskCollector) add(d *store.DiskTier)    { c.disks.add(d, struct{}{}) }
+func (c *diskCollector) remove(d *store.DiskTier) { c.disks.remove(d) }
 
 func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.bytes, c.files, c.reserved, c.hits, c.fills,
@@ -213,8 +212,8 @@ func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
-	var s disk.Stats
-	c.disks.each(func(d *disk.Cache, _ struct{}) {
+	var s store.DiskStats
+	c.disks.each(func(d *store.DiskTier, _ struct{}) {
 		st := d.Stats()
 		s.Bytes += st.Bytes
 		s.Files += st.Files

@@ -22,7 +22,6 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 func TestUnmarshalCacheDisk(t *testing.T) {
@@ -50,7 +49,7 @@ func TestUnmarshalCacheDisk(t *testing.T) {
 	if d := (*CacheConfig)(nil).diskDir(); d != filepath.Join(caddy.AppDataDir(), "syncular", "segments") {
 		t.Fatalf("default dir %q", d)
 	}
-	if m := (*CacheConfig)(nil).diskMaxBytes(); m != disk.DefaultMaxBytes {
+	if m := (*CacheConfig)(nil).diskMaxBytes(); m != store.DefaultDiskMaxBytes {
 		t.Fatalf("default budget %d", m)
 	}
 	for name, block := range map[string]string{
@@ -79,7 +78,7 @@ func largeHandler(t *testing.T, data []byte, corrupt bool, dir string) (*Handler
 	return h, fs, target, logs
 }
 
-func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Handler, *fakeStore, string, *observer.ObservedLogs, *disk.Cache) {
+func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Handler, *fakeStore, string, *observer.ObservedLogs, *store.DiskTier) {
 	t.Helper()
 	fs := newFakeStore()
 	id := fs.add(data, pub("p1", digestA, testNow.Add(time.Hour)))
@@ -93,10 +92,10 @@ func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Han
 	h.logger = zap.New(core)
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	opts.MaxEntry = 1 << 20
-	var d *disk.Cache
+	var d *store.DiskTier
 	if dir != "" {
 		var err error
-		d, err = disk.New(disk.Options{Dir: dir})
+		d, err = store.NewDiskTier(store.DiskOptions{Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +314,7 @@ func TestDiskDirectoryRules(t *testing.T) {
 	if err := provision(t, handler(empty)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(empty, disk.MarkerName)); err != nil {
+	if _, err := os.Stat(filepath.Join(empty, store.DiskMarkerName)); err != nil {
 		t.Fatalf("no marker in the adopted directory: %v", err)
 	}
 	if err := provision(t, handler("off")); err != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -185,7 +184,7 @@ type Handler struct {
 	lookupBounded bool
 	poolKey       string      // set when the store came from the usage pool
 	diskKey       string      // the disk tier's key in diskPool ("" when off)
-	disk          *disk.Cache // the disk tier (nil when off)
+	disk          *store.DiskTier // the disk tier (nil when off)
 	life          *lifetime   // releases the store after the last in-flight request
 	logger        *zap.Logger
 	now           func() time.Time
@@ -195,7 +194,7 @@ type Handler struct {
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
-	statsDisk  *disk.Cache     // the disk tier, reported in metrics
+	statsDisk  *store.DiskTier     // the disk tier, reported in metrics
 
 	codings  []compress.Coding  // Compress resolved; empty: off
 	variants store.VariantStore // the store's variants; nil: none

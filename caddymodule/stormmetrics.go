@@ -6,7 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // The metrics of a storm in progress: downloads in flight, the time to
@@ -112,7 +111,7 @@ type flowCollector struct {
 	gateInUse, gateWaiting, gateRefused *prometheus.Desc
 
 	caches refSet[flowStatser, string] // the value: the store's backend
-	disks  refSet[*disk.Cache, struct{}]
+	disks  refSet[*store.DiskTier, struct{}]
 }
 
 func newFlowCollector(prefix string) *flowCollector {
@@ -134,8 +133,8 @@ func newFlowCollector(prefix string) *flowCollector {
 
 func (c *flowCollector) addCache(s flowStatser, backend string) { c.caches.add(s, backend) }
 func (c *flowCollector) removeCache(s flowStatser)              { c.caches.remove(s) }
-func (c *flowCollector) addDisk(d *disk.Cache)                  { c.disks.add(d, struct{}{}) }
-func (c *flowCollector) removeDisk(d *disk.Cache)               { c.disks.remove(d) }
+func (c *flowCollector) addDisk(d *store.DiskTier)                  { c.disks.add(d, struct{}{}) }
+func (c *flowCollector) removeDisk(d *store.DiskTier)               { c.disks.remove(d) }
 
 func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.fills
@@ -161,7 +160,7 @@ func (c *flowCollector) Collect(ch chan<- prometheus.Metric) {
 		waiting[backend] += f.Gate.Waiting
 		refused[backend] += f.Gate.Refused
 	})
-	c.disks.each(func(d *disk.Cache, _ struct{}) {
+	c.disks.each(func(d *store.DiskTier, _ struct{}) {
 		st := d.Stats()
 		diskFills += st.FillsInFlight
 		diskFollowing += st.Following
