@@ -182,21 +182,12 @@ func (b *diskBody) Read(p []byte) (int, error) {
 // Close releases the file.
 func (b *diskBody) Close() error { return b.h.Close() }
 
-// verifyWhole wraps the whole body of segmentID (size bytes) streamed from
-// a store so that it ends cleanly (io.EOF) only after its bytes hashed to
-// the id and were exactly size long. Otherwise it returns an error
-// matching ErrCorruptSegment in place of the read that would have
-// delivered the last byte, so a response copied from it can be aborted
-// before the client has every byte it was promised. Bodies already
-// verified (the memory and disk tiers) are returned as they are.
-func verifyWhole(rc io.ReadCloser, segmentID string, size int64) io.ReadCloser {
-	switch rc.(type) {
-	case *memBody, *diskBody, *verifyReader:
-		return rc
-	}
-	return &verifyReader{rc: rc, id: segmentID, size: size, h: sha256.New()}
-}
-
+// verifyReader is the whole body of a segment (size bytes) streamed from
+// a store: it ends cleanly (io.EOF) only after its bytes hashed to the id
+// and were exactly size long. Otherwise it returns an error matching
+// ErrCorruptSegment in place of the read that would have delivered the
+// last byte, so a response copied from it can be aborted before the
+// client has every byte it was promised.
 type verifyReader struct {
 	rc   io.ReadCloser
 	id   string

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -244,16 +245,19 @@ func TestTierUnusableDirectoryStreams(t *testing.T) {
 	}
 }
 
-// verifyWhole passes a right body through to a clean end.
+// A whole streamed body is verified, and passes a right body through to
+// a clean end.
 func TestVerifyWholeRightBody(t *testing.T) {
 	b := randomBytes(100_000, 4)
-	rc := verifyWhole(io.NopCloser(bytes.NewReader(b)), segID(b), int64(len(b)))
-	got, err := io.ReadAll(rc)
+	want := Want{N: int64(len(b)), Size: int64(len(b))}
+	body := identityBody(io.NopCloser(bytes.NewReader(b)), TierStore, segID(b), want)
+	got, err := io.ReadAll(body)
 	if err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("read %d bytes: %v", len(got), err)
 	}
-	// Cached bodies are already verified: not wrapped twice.
-	if m := sliceReader(b, 0, -1); verifyWhole(m, segID(b), int64(len(b))) != m {
-		t.Fatal("a memory-tier body was wrapped")
+	// A body already verified is not wrapped twice.
+	v := &verifyReader{rc: io.NopCloser(bytes.NewReader(b)), id: segID(b), size: int64(len(b)), h: sha256.New()}
+	if body := identityBody(v, TierStore, segID(b), want); body.r != io.Reader(v) {
+		t.Fatal("a verified body was wrapped again")
 	}
 }

@@ -1,0 +1,97 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/syncular/caddy-syncular/compress"
+)
+
+// writeCounter counts the Write calls it gets.
+type writeCounter struct {
+	bytes.Buffer
+	writes int
+}
+
+func (w *writeCounter) Write(p []byte) (int, error) { w.writes++; return w.Buffer.Write(p) }
+
+// fileTaker is a FileWriter: it records the file reader it was handed.
+type fileTaker struct {
+	bytes.Buffer
+	got *io.LimitedReader
+}
+
+func (w *fileTaker) WriteFile(lr *io.LimitedReader) (int64, error) {
+	w.got = lr
+	return io.Copy(&w.Buffer, lr)
+}
+
+// A Body writes itself: bytes in memory in one Write, a complete file
+// through the writer's WriteFile (the handler's sendfile path), a stream
+// verified so that bytes not matching their id end in ErrCorruptSegment
+// before their last byte, a file shorter than the body in
+// io.ErrUnexpectedEOF.
+func TestBodyWriteTo(t *testing.T) {
+	ctx := context.Background()
+	data := seg(10<<10, 7)
+	c, id := cachedWith(t, DefaultCacheOptions(), data)
+	b, err := c.OpenBody(ctx, id, Want{N: int64(len(data)), Size: int64(len(data))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wc writeCounter
+	if n, err := b.WriteTo(&wc); err != nil || n != int64(len(data)) || wc.writes != 1 || !bytes.Equal(wc.Bytes(), data) {
+		t.Fatalf("memory body: %d bytes in %d writes, %v", n, wc.writes, err)
+	}
+	if b.Tier() != TierMemory || b.Coding() != compress.Identity || b.Streamed() {
+		t.Fatalf("memory body: tier %d coding %v streamed %v", b.Tier(), b.Coding(), b.Streamed())
+	}
+	b.Close()
+
+	// A complete file: the writer's WriteFile gets the file.
+	path := filepath.Join(t.TempDir(), "seg")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	lr := &io.LimitedReader{R: f, N: int64(len(data))}
+	fb := &Body{kind: bodyFile, size: lr.N, file: lr, r: lr, tier: TierDisk}
+	var ft fileTaker
+	if n, err := fb.WriteTo(&ft); err != nil || n != int64(len(data)) || ft.got != lr || !bytes.Equal(ft.Bytes(), data) {
+		t.Fatalf("file body: %d bytes, %v, WriteFile got %p (want %p)", n, err, ft.got, lr)
+	}
+	// Shorter than promised: an error, through either writer.
+	for _, w := range []io.Writer{&fileTaker{}, &bytes.Buffer{}} {
+		f.Seek(0, io.SeekStart)
+		short := &io.LimitedReader{R: f, N: int64(len(data))}
+		sb := &Body{kind: bodyFile, size: int64(len(data)) + 10, file: short, r: short}
+		if _, err := sb.WriteTo(w); err == nil {
+			t.Fatalf("%T: a file shorter than the body ended cleanly", w)
+		}
+	}
+
+	// Streamed without the cache: verified, the last byte held back.
+	inner := newCountingStore()
+	bad := bytes.Clone(data)
+	bad[len(bad)-1] ^= 1
+	badID := inner.add(bad, segID(data))
+	sbody, err := Direct(inner).OpenBody(ctx, badID, Want{N: int64(len(bad)), Size: int64(len(bad))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sbody.Close()
+	var out bytes.Buffer
+	n, err := sbody.WriteTo(&out)
+	if !errors.Is(err, ErrCorruptSegment) || n >= int64(len(bad)) || !sbody.Streamed() {
+		t.Fatalf("corrupt stream: %d of %d bytes, %v", n, len(bad), err)
+	}
+}
