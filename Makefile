@@ -7,7 +7,7 @@ export SYNCULAR_CADDY     := $(CURDIR)/bin/caddy
 export VERSITYGW          := $(CURDIR)/.tools/bin/versitygw
 export SYNCULAR_CADDY_PLAIN := $(CURDIR)/bin/caddy-plain
 
-UNIT_PKGS := ./token/... ./presign/... ./store/... ./caddymodule/... ./compress/... ./internal/... ./cmd/... ./bench/...
+UNIT_PKGS := ./token/... ./segid/... ./presign/... ./store/... ./caddymodule/... ./compress/... ./internal/... ./cmd/... ./bench/...
 
 .PHONY: all caddy caddy-plain tools demo demo-s3 test vet unit race vectors integration fuzz bench clean
 

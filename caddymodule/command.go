@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/syncular/caddy-syncular/internal/termsafe"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -75,7 +75,7 @@ func runMint(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("--key %v", err)
 	}
 	seg, sd := get("segment"), get("scope-digest")
-	if !store.ValidSegmentID(seg) {
+	if !segid.Valid(seg) {
 		return errors.New("--segment must be sha256: followed by 64 lowercase hex digits")
 	}
 	if sd == "" {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -70,7 +70,7 @@ func FuzzSegmentFromPath(f *testing.F) {
 			}
 			return
 		}
-		if !store.ValidSegmentID(id) || len(id) != 71 {
+		if !segid.Valid(id) || len(id) != 71 {
 			t.Fatalf("accepted %q from %q", id, p)
 		}
 		if !strings.HasSuffix(u.Path, "/"+id) && u.Path != id {

@@ -5,7 +5,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // stParams returns the values of every st parameter in a raw query, and
@@ -90,7 +90,7 @@ func hashHidesTokenIn(target string) bool {
 func segmentFromPath(u *url.URL) (string, bool) {
 	if u.RawPath == "" {
 		id := u.Path[strings.LastIndexByte(u.Path, '/')+1:]
-		if !store.ValidSegmentID(id) {
+		if !segid.Valid(id) {
 			return "", false
 		}
 		return id, true
@@ -103,11 +103,11 @@ func segmentFromPath(u *url.URL) (string, bool) {
 func segmentFromEscapedPath(u *url.URL) (string, bool) {
 	p := u.EscapedPath()
 	last := p[strings.LastIndexByte(p, '/')+1:]
-	if len(last) > 3*71 {
+	if len(last) > segid.MaxEscapedLen {
 		return "", false
 	}
 	id, err := url.PathUnescape(last)
-	if err != nil || !store.ValidSegmentID(id) {
+	if err != nil || !segid.Valid(id) {
 		return "", false
 	}
 	return id, true

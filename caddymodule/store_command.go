@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/internal/termsafe"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
@@ -204,7 +205,7 @@ func (in *storeInspection) request(tok, rawURL string) error {
 		in.token = tok
 		in.target = "/segments/" + url.PathEscape(in.segID) + "?st=" + url.QueryEscape(tok)
 	}
-	if in.segID != "" && !store.ValidSegmentID(in.segID) {
+	if in.segID != "" && !segid.Valid(in.segID) {
 		return errors.New("the segment id must be sha256: followed by 64 lowercase hex digits")
 	}
 	return nil

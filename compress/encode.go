@@ -2,14 +2,14 @@ package compress
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // The levels: the best ratio whose encode of a 64 MiB segment stays within
@@ -154,9 +154,9 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // difference is ErrMismatch. Decoding stops one byte past size, so a
 // decompression bomb costs at most size+1 decoded bytes.
 func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error {
-	want, err := parseSegmentID(segmentID)
+	want, err := segid.Parse(segmentID)
 	if err != nil {
-		return err
+		return ErrSegmentID
 	}
 	if size < 0 {
 		return fmt.Errorf("%w: negative size", ErrMismatch)
@@ -182,16 +182,15 @@ func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error 
 	default:
 		return fmt.Errorf("%w: %v", ErrCoding, c)
 	}
-	h := sha256.New()
-	n, err := io.Copy(h, io.LimitReader(dec, size+1))
+	var h segid.Hasher
+	n, err := io.Copy(&h, io.LimitReader(dec, size+1))
 	switch {
 	case err != nil:
 		return fmt.Errorf("%w: %v: %v", ErrMismatch, c, err)
 	case n != size:
 		return fmt.Errorf("%w: %v decodes to more or fewer than %d bytes", ErrMismatch, c, size)
 	}
-	var got [sha256.Size]byte
-	if h.Sum(got[:0]); got != want {
+	if !h.Matches(want) {
 		return fmt.Errorf("%w: %v decodes to other bytes", ErrMismatch, c)
 	}
 	return nil
@@ -202,8 +201,8 @@ func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error 
 // not be Worthwhile), verifies the result against segmentID, and returns
 // it. A nil error means the bytes may be stored under (segmentID, c).
 func Variant(c Coding, identity []byte, segmentID string) ([]byte, error) {
-	if _, err := parseSegmentID(segmentID); err != nil {
-		return nil, err
+	if !segid.Valid(segmentID) {
+		return nil, ErrSegmentID
 	}
 	size := int64(len(identity))
 	var buf bytes.Buffer
@@ -214,21 +213,4 @@ func Variant(c Coding, identity []byte, segmentID string) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-func parseSegmentID(id string) (sum [sha256.Size]byte, err error) {
-	const prefix = "sha256:"
-	if len(id) != len(prefix)+2*sha256.Size || id[:len(prefix)] != prefix {
-		return sum, ErrSegmentID
-	}
-	hx := id[len(prefix):]
-	for i := 0; i < len(hx); i++ {
-		if c := hx[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return sum, ErrSegmentID
-		}
-	}
-	if _, err := hex.Decode(sum[:], []byte(hx)); err != nil {
-		return sum, ErrSegmentID
-	}
-	return sum, nil
 }

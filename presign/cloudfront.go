@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/cloudfront/sign"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // ErrCloudFrontGrantEnded is returned for a notAfter that is not after
@@ -132,7 +134,7 @@ func (p *CloudFrontSigner) Len() int { return p.cache.len() }
 // a grant too close to its end is ErrCloudFrontGrantTooShort. expires is
 // the URL's Expires.
 func (p *CloudFrontSigner) URL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, err error) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, errors.New("presign: cloudfront: malformed segment id")
 	}
 	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
@@ -158,7 +160,7 @@ func (p *CloudFrontSigner) URL(segmentID string, now, notAfter time.Time) (url s
 // CachedURL is URL answered from the cache only: ok is false when the URL
 // for this request is not cached yet (call URL then).
 func (p *CloudFrontSigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, false
 	}
 	return p.cache.getCached(segmentID, now, notAfter)

@@ -11,6 +11,8 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Defaults and limits of S3PresignOptions.
@@ -143,7 +145,7 @@ func (p *S3Presigner) Window() time.Duration { return time.Duration(p.cache.wind
 // cached per (segment, start, expires): every call in a window with the
 // same bound gets the same URL.
 func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, errors.New("presign: s3: malformed segment id")
 	}
 	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
@@ -174,7 +176,7 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 // for this request is not cached yet (call URL then). It does no I/O and
 // needs no context.
 func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !validSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return "", time.Time{}, false
 	}
 	return p.cache.getCached(segmentID, now, notAfter)

@@ -146,6 +146,8 @@ func (c *windowCache) getCached(segmentID string, now, notAfter time.Time) (stri
 	return e.url, time.Unix(0, e.until), true
 }
 
+// shard is the shard of segmentID, a segment id (segid.Valid, checked by
+// every caller): its first hex digit.
 func (c *windowCache) shard(segmentID string) *windowShard {
 	return &c.shards[hexVal(segmentID[7])]
 }
@@ -213,21 +215,6 @@ func (c *windowCache) len() int {
 		sh.mu.RUnlock()
 	}
 	return n
-}
-
-// validSegmentID reports whether id is "sha256:" and 64 lower-case hex
-// digits (the shard index and the object key rely on it).
-func validSegmentID(id string) bool {
-	if len(id) != 71 || id[:7] != "sha256:" {
-		return false
-	}
-	for i := 7; i < 71; i++ {
-		c := id[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 func hexVal(c byte) int {

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"os"
@@ -179,7 +178,7 @@ func identityBody(rc io.ReadCloser, t Tier, segmentID string, want Want) *Body {
 		return b
 	}
 	if _, ok := rc.(*verifyReader); !ok && want.Off == 0 && want.N == want.Size {
-		rc = &verifyReader{rc: rc, id: segmentID, size: want.Size, h: sha256.New()} // not twice
+		rc = newVerifyReader(rc, segmentID, want.Size, nil) // not twice
 	}
 	b.kind, b.r, b.closer, b.streamed = bodyStream, rc, rc, true
 	return b

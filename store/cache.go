@@ -3,8 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -461,7 +460,7 @@ func (c *Cached) openMemory(ctx context.Context, segmentID string) (b []byte, t 
 
 // fill reads segmentID whole, verifies it and caches it.
 func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	if b, ok := c.blobs.get(segmentID); ok {
@@ -544,9 +543,7 @@ func (c *Cached) readWhole(ctx context.Context, segmentID string, buf []byte) er
 
 // checkWhole reports whether buf hashes to segmentID.
 func checkWhole(segmentID string, buf []byte) error {
-	sum := sha256.Sum256(buf)
-	var want [sha256.Size]byte
-	if _, err := hex.Decode(want[:], []byte(segmentID[7:])); err != nil || sum != want {
+	if !segid.Matches(segmentID, buf) {
 		return fmt.Errorf("store: %s: %w", segmentID, ErrCorruptSegment)
 	}
 	return nil

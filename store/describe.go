@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // This file is read-only introspection for an operator's tool: what a
@@ -141,7 +143,7 @@ func (s *S3) Describe(ctx context.Context, segmentID string) (*S3Description, er
 	if segmentID == "" {
 		return d, nil
 	}
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, errors.New("store: s3 describe: not a segment id")
 	}
 	d.SegmentID, d.ObjectKey, d.RecordKey = segmentID, s.ObjectKey(segmentID), s.RecordKey(segmentID)

@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Defaults of S3Config.
@@ -179,9 +181,7 @@ func (s *S3) ObjectKey(segmentID string) string { return S3ObjectKey(s.prefix, s
 
 // S3ObjectKey is the object key of segmentID under prefix:
 // {prefix}seg/sha256/{hex} (the id's first ":" replaced by "/").
-func S3ObjectKey(prefix, segmentID string) string {
-	return prefix + "seg/" + strings.Replace(segmentID, ":", "/", 1)
-}
+func S3ObjectKey(prefix, segmentID string) string { return segid.ObjectKey(prefix, segmentID) }
 
 // RecordKey is the record object key of segmentID:
 // {prefix}rec/sha256/{hex}.json.
@@ -189,9 +189,7 @@ func (s *S3) RecordKey(segmentID string) string { return S3RecordKey(s.prefix, s
 
 // S3RecordKey is the record object key of segmentID under prefix:
 // {prefix}rec/sha256/{hex}.json (the id's first ":" replaced by "/").
-func S3RecordKey(prefix, segmentID string) string {
-	return prefix + "rec/" + strings.Replace(segmentID, ":", "/", 1) + ".json"
-}
+func S3RecordKey(prefix, segmentID string) string { return segid.RecordKey(prefix, segmentID) }
 
 // maxRecordObject bounds the body of a record object read by Lookup
 // (about 2,500 publications). A larger one is a corrupt record.
@@ -214,7 +212,7 @@ const maxRecordObject = 1 << 20
 // cannot be parsed, or an object whose length is not the record's
 // byteLength, is a fault wrapping ErrCorruptRecord.
 func (s *S3) Lookup(ctx context.Context, segmentID string) (*Record, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)

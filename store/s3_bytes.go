@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // S3Object is a GET of a segment object, for a handler that forwards a
@@ -41,7 +43,7 @@ type S3Object struct {
 // end), streamed from one GetObject. n == 0 returns an empty body without a
 // request. A range past the end is ErrRangeNotSatisfiable.
 func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	if off < 0 {
@@ -70,7 +72,7 @@ func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadC
 // is a *RangeNotSatisfiableError (errors.Is ErrRangeNotSatisfiable); a
 // missing object is ErrNotFound; everything else failing is a fault.
 func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3Object, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
 	}
 	key := s.ObjectKey(segmentID)

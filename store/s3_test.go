@@ -24,6 +24,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/testkit"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -485,7 +486,7 @@ func TestS3StoreLookupVectors(t *testing.T) {
 				if !errors.Is(err, store.ErrNotFound) {
 					t.Fatalf("Lookup = %+v, %v; want ErrNotFound", rec, err)
 				}
-				if !store.ValidSegmentID(g.SegmentID) {
+				if !segid.Valid(g.SegmentID) {
 					if n := srv.CountRequests(t, "", ""); n != before {
 						t.Errorf("an invalid id made %d request(s)", n-before)
 					}
@@ -1071,7 +1072,7 @@ func FuzzDecodeS3Record(f *testing.F) {
 			}
 			return
 		}
-		if rec.SegmentID != id || !store.ValidSegmentID(id) || rec.ByteLength < 0 || rec.Fenced || rec.LegacyHeader {
+		if rec.SegmentID != id || !segid.Valid(id) || rec.ByteLength < 0 || rec.Fenced || rec.LegacyHeader {
 			t.Fatalf("bad record %+v for %q", rec, id)
 		}
 		// The record object layout reads the same JSON the same way.

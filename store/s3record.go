@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // ErrCorruptRecord marks a segment record that is missing, undecodable or
@@ -31,7 +33,7 @@ const S3RecordMetaKey = "syncular-record"
 // as DecodeS3RecordObject reads a record object. Every error wraps
 // ErrCorruptRecord.
 func DecodeS3Record(headerValue, segmentID string) (*Record, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, fmt.Errorf("store: s3 record: %w: invalid segment id", ErrCorruptRecord)
 	}
 	if strings.TrimSpace(headerValue) == "" {
@@ -64,7 +66,7 @@ func DecodeS3Record(headerValue, segmentID string) (*Record, error) {
 // byteLength differs from the record's, is corrupt. Every error wraps
 // ErrCorruptRecord. The returned record is not fenced (S3 has no registry).
 func DecodeS3RecordObject(body []byte, segmentID string) (*Record, error) {
-	if !ValidSegmentID(segmentID) {
+	if !segid.Valid(segmentID) {
 		return nil, fmt.Errorf("store: s3 record: %w: invalid segment id", ErrCorruptRecord)
 	}
 	return decodeRecordJSON(body, segmentID, "record object")

@@ -2,11 +2,8 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +14,8 @@ import (
 
 	"zombiezen.com/go/sqlite"
 	"zombiezen.com/go/sqlite/sqlitex"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Reading beside a live writer without making its writes fail.
@@ -187,8 +186,8 @@ func (s *SQLite) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (i
 // copyLockFree is CopyBlob's lock-free read. errLockFreeSkipped, with
 // nothing written to w, when the locked read should answer instead.
 func (s *SQLite) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID string, w io.Writer) (int64, error) {
-	want, ok := segmentDigest(segmentID)
-	if !ok {
+	want, err := segid.Parse(segmentID)
+	if err != nil {
 		return 0, errLockFreeSkipped // not a content address: nothing to verify against
 	}
 	// With nolock a zero-page file with a journal beside it is taken
@@ -211,7 +210,7 @@ func (s *SQLite) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID st
 	deadline := time.Now().Add(h.busy)
 	for attempt := 1; ; attempt++ {
 		h.awaitWriter(ctx)
-		pw = &pendingWriter{w: w, h: sha256.New(), want: want}
+		pw = &pendingWriter{w: w, want: want}
 		err = lockFreeRead(ctx, pool, segmentID, pw)
 		if err == nil || pw.written > 0 || ctx.Err() != nil || errors.Is(err, ErrNotFound) {
 			break
@@ -242,11 +241,11 @@ func (s *SQLite) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID st
 	// Bytes were handed over and the rest did not verify: decide, with
 	// a locked read of the same row, whether the store is corrupt.
 	s.lfTorn.Add(1)
-	vw := &hashSink{h: sha256.New()}
-	if _, verr := s.copyLocked(ctx, h, segmentID, vw); verr != nil {
+	var vw segid.Hasher
+	if _, verr := s.copyLocked(ctx, h, segmentID, &vw); verr != nil {
 		return n, verr
 	}
-	if !hashEqual(vw.h.Sum(nil), want) {
+	if !vw.Matches(want) {
 		return n, fmt.Errorf("store: sqlite copy: %s: %w", segmentID, ErrCorruptSegment)
 	}
 	return n, errLockFreeTorn
@@ -320,12 +319,9 @@ func lockFreeRead(ctx context.Context, pool *sqlitex.Pool, segmentID string, pw 
 // read that does not verify never hands over a complete body, and one
 // that fails in its first chunk hands over nothing.
 type pendingWriter struct {
-	w io.Writer
-	h interface {
-		Write([]byte) (int, error)
-		Sum([]byte) []byte
-	}
-	want    []byte
+	w       io.Writer
+	h       segid.Hasher
+	want    segid.Digest
 	size    int64
 	pend    []byte
 	seen    int64
@@ -359,7 +355,7 @@ func (p *pendingWriter) flush() error {
 
 // finish verifies the whole and hands the held chunk over.
 func (p *pendingWriter) finish() error {
-	if p.seen != p.size || !hashEqual(p.h.Sum(nil), p.want) {
+	if p.seen != p.size || !p.h.Matches(p.want) {
 		return errLockFreeMismatch
 	}
 	if len(p.pend) == 0 {
@@ -455,20 +451,6 @@ func (f *fixedWriter) Write(p []byte) (int, error) {
 		return m, fmt.Errorf("%w: %w", ErrCorruptSegment, errFixedFull)
 	}
 	return m, nil
-}
-
-// hashSink hashes what it is written.
-type hashSink struct{ h hash.Hash }
-
-func (w *hashSink) Write(p []byte) (int, error) { return w.h.Write(p) }
-
-// segmentDigest is the SHA-256 an id names.
-func segmentDigest(id string) ([]byte, bool) {
-	if !ValidSegmentID(id) {
-		return nil, false
-	}
-	d, err := hex.DecodeString(id[len("sha256:"):])
-	return d, err == nil
 }
 
 // awaitWriter holds a locked read of a rollback-journal file back while

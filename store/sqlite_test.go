@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/internal/testkit"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -452,7 +453,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 // layer's to decide.
 func (v *gen3Vector) tokenClaims(path string, token *string) (id, sd, aud, reason string) {
 	id, err := url.PathUnescape(path[strings.LastIndexByte(path, '/')+1:])
-	if err != nil || !store.ValidSegmentID(id) {
+	if err != nil || !segid.Valid(id) {
 		return "", "", "", "malformed segment id in path"
 	}
 	if token == nil {

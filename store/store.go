@@ -134,16 +134,3 @@ type Bounded interface {
 	// SharedTimeout is the bound (> 0).
 	SharedTimeout() time.Duration
 }
-
-// ValidSegmentID reports whether id is "sha256:" + 64 lowercase hex digits.
-func ValidSegmentID(id string) bool {
-	if len(id) != 71 || id[:7] != "sha256:" {
-		return false
-	}
-	for i := 7; i < len(id); i++ {
-		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}

@@ -2,13 +2,11 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -72,7 +70,7 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 		return nil, t, err
 	}
 	if off == 0 && (n < 0 || n >= size) {
-		return &verifyReader{rc: rc, id: segmentID, size: size, h: sha256.New(), end: c.endOf(segmentID)}, t, nil
+		return newVerifyReader(rc, segmentID, size, c.endOf(segmentID)), t, nil
 	}
 	return rc, t, nil
 }
@@ -182,20 +180,25 @@ func (b *diskBody) Read(p []byte) (int, error) {
 // Close releases the file.
 func (b *diskBody) Close() error { return b.h.Close() }
 
-// verifyReader is the whole body of a segment (size bytes) streamed from
-// a store: it ends cleanly (io.EOF) only after its bytes hashed to the id
-// and were exactly size long. Otherwise it returns an error matching
-// ErrCorruptSegment in place of the read that would have delivered the
-// last byte, so a response copied from it can be aborted before the
-// client has every byte it was promised.
+// verifyReader is segid.Reader with the store's errors: the whole body of
+// a segment (size bytes) streamed from a store ends cleanly (io.EOF) only
+// after its bytes hashed to the id and were exactly size long; every way
+// it fails to be its segment's is ErrCorruptSegment, returned in place of
+// the read that would have delivered the last byte, so a response copied
+// from it can be aborted before the client has every byte it was promised.
 type verifyReader struct {
 	rc   io.ReadCloser
 	id   string
 	size int64
-	n    int64
-	h    hash.Hash
+	v    segid.Reader
 	err  error       // sticky: io.EOF once verified, or the failure
 	end  func(error) // told once whether the body verified (nil) or not; may be nil
+}
+
+func newVerifyReader(rc io.ReadCloser, segmentID string, size int64, end func(error)) *verifyReader {
+	v := &verifyReader{rc: rc, id: segmentID, size: size, end: end}
+	v.v.Reset(rc, segmentID, size)
+	return v
 }
 
 // ended tells end how the body ended: verified (io.EOF) or err.
@@ -214,58 +217,29 @@ func (v *verifyReader) Read(p []byte) (int, error) {
 	if v.err != nil {
 		return 0, v.err
 	}
-	if v.n == v.size {
-		v.err = v.verify()
+	m, err := v.v.Read(p)
+	if end := v.v.Err(); end != nil { // the body ended
+		v.err = v.storeErr(end)
 		v.ended(v.err)
-		return 0, v.err
-	}
-	if rem := v.size - v.n; int64(len(p)) > rem {
-		p = p[:rem]
-	}
-	m, err := v.rc.Read(p)
-	v.h.Write(p[:m])
-	v.n += int64(m)
-	if v.n == v.size {
-		// These bytes end the body: deliver them only when it checks.
-		verr := v.verify()
-		v.ended(verr)
-		if verr != io.EOF {
-			v.err = verr
-			return 0, verr
+		if v.err != io.EOF {
+			return 0, v.err
 		}
-		return m, nil // io.EOF on the next call
-	}
-	if err == io.EOF {
-		v.err = fmt.Errorf("store: %s: %w (%d of its record's %d bytes)", v.id, ErrCorruptSegment, v.n, v.size)
-		v.ended(v.err)
-		return 0, v.err
 	}
 	return m, err
 }
 
-// verify checks the body ended at size bytes and hashed to the id; io.EOF
-// when it did.
-func (v *verifyReader) verify() error {
-	var extra [1]byte
-	for range 3 { // a reader may return 0, nil; bounded
-		k, err := v.rc.Read(extra[:])
-		if k > 0 {
-			return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", v.id, ErrCorruptSegment)
-		}
-		if err != nil {
-			// io.EOF, or a failure after every byte arrived: the probe
-			// only looks for bytes past the record's length.
-			break
-		}
+// storeErr is the store's error for how the body ended (segid.Reader.Err).
+func (v *verifyReader) storeErr(end error) error {
+	switch {
+	case end == io.EOF:
+		return io.EOF
+	case errors.Is(end, segid.ErrShort):
+		return fmt.Errorf("store: %s: %w (%d of its record's %d bytes)", v.id, ErrCorruptSegment, v.v.N(), v.size)
+	case errors.Is(end, segid.ErrLong):
+		return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", v.id, ErrCorruptSegment)
 	}
-	want, err := hex.DecodeString(v.id[len("sha256:"):])
-	if err != nil || !hashEqual(v.h.Sum(nil), want) {
-		return fmt.Errorf("store: %s: %w", v.id, ErrCorruptSegment)
-	}
-	return io.EOF
+	return fmt.Errorf("store: %s: %w", v.id, ErrCorruptSegment)
 }
-
-func hashEqual(a, b []byte) bool { return string(a) == string(b) }
 
 func (v *verifyReader) Close() error { return v.rc.Close() }
 

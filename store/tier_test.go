@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -256,7 +255,7 @@ func TestVerifyWholeRightBody(t *testing.T) {
 		t.Fatalf("read %d bytes: %v", len(got), err)
 	}
 	// A body already verified is not wrapped twice.
-	v := &verifyReader{rc: io.NopCloser(bytes.NewReader(b)), id: segID(b), size: int64(len(b)), h: sha256.New()}
+	v := newVerifyReader(io.NopCloser(bytes.NewReader(b)), segID(b), int64(len(b)), nil)
 	if body := identityBody(v, TierStore, segID(b), want); body.r != io.Reader(v) {
 		t.Fatal("a verified body was wrapped again")
 	}

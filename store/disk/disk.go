@@ -55,6 +55,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Defaults of Options.
@@ -393,7 +395,7 @@ func (c *Cache) Stats() Stats {
 // (counted); others are the fill's failure before its first byte (the
 // source's error, wrapped) or ctx's.
 func (c *Cache) Get(ctx context.Context, segmentID string, size int64, src Source) (*Handle, error) {
-	key, ok := parseID(segmentID)
+	key, ok := segid.Hex(segmentID)
 	if !ok {
 		return nil, errors.New("disk cache: invalid segment id")
 	}

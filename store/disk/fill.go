@@ -1,18 +1,16 @@
 package disk
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Fills: one per segment, streamed to a temp file while hashed, renamed
@@ -230,7 +228,7 @@ func (c *Cache) hashFile(path, key string, size int64) (stamp, error) {
 		return stamp{}, err
 	}
 	st := stampOf(fi)
-	h := sha256.New()
+	var h segid.Hasher
 	buf := make([]byte, copyBufSize)
 	var n int64
 	for {
@@ -250,15 +248,17 @@ func (c *Cache) hashFile(path, key string, size int64) (stamp, error) {
 	if n != size || st.size != size {
 		return st, fmt.Errorf("%w: file is %d bytes, record %d", ErrSizeMismatch, n, size)
 	}
-	if !sumMatches(h, key) {
+	if !sumMatches(&h, key) {
 		return st, ErrHashMismatch
 	}
 	return st, nil
 }
 
-func sumMatches(h hash.Hash, key string) bool {
-	want, err := hex.DecodeString(key)
-	return err == nil && bytes.Equal(h.Sum(nil), want)
+// sumMatches reports whether h hashed the bytes of the segment whose
+// digest is key (hex).
+func sumMatches(h *segid.Hasher, key string) bool {
+	want, err := segid.ParseHex(key)
+	return err == nil && h.Matches(want)
 }
 
 // attach waits for f's first byte (or its end) and opens the fill's file
@@ -324,7 +324,7 @@ func (c *Cache) run(f *fill, src Source) {
 	f.path = tmp
 	f.mu.Unlock()
 
-	w := &fillWriter{c: c, f: f, file: tf, h: sha256.New()}
+	w := &fillWriter{c: c, f: f, file: tf}
 	err = src(ctx, w)
 	switch {
 	case w.diskErr != nil: // the source may report our own write error
@@ -337,7 +337,7 @@ func (c *Cache) run(f *fill, src Source) {
 		err = fmt.Errorf("disk cache: fill source: %w", err)
 	case w.n != f.size:
 		err = fmt.Errorf("%w: the source sent %d of %d bytes", ErrSizeMismatch, w.n, f.size)
-	case !sumMatches(w.h, f.key):
+	case !sumMatches(&w.h, f.key):
 		err = ErrHashMismatch
 	}
 	disk := w.diskErr != nil
@@ -443,7 +443,7 @@ type fillWriter struct {
 	c       *Cache
 	f       *fill
 	file    *os.File
-	h       hash.Hash
+	h       segid.Hasher
 	n       int64
 	long    bool
 	diskErr error

@@ -2,11 +2,10 @@ package disk
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding"
 	"fmt"
-	"hash"
 	"io"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Handoffs: a fill that fails on the disk (ENOSPC or any other write
@@ -44,11 +43,7 @@ type resumePoint struct {
 // resumePoint returns the writer's position and hash state (nil if the
 // hash cannot be carried over).
 func (w *fillWriter) resumePoint() *resumePoint {
-	m, ok := w.h.(encoding.BinaryMarshaler)
-	if !ok {
-		return nil
-	}
-	state, err := m.MarshalBinary()
+	state, err := w.h.MarshalBinary()
 	if err != nil {
 		return nil
 	}
@@ -58,7 +53,7 @@ func (w *fillWriter) resumePoint() *resumePoint {
 // handoff is one reader's continuation after the disk failed.
 type handoff struct {
 	rp       *resumePoint
-	h        hash.Hash     // [0, rp.at) and then the store's bytes up to next
+	h        segid.Hasher  // [0, rp.at) and then the store's bytes up to next
 	next     int64         // offset of the store stream's next byte
 	rc       io.ReadCloser // the store's bytes from rp.at, opened when first needed
 	buf      []byte        // for bytes hashed but not returned
@@ -68,11 +63,11 @@ type handoff struct {
 }
 
 func newHandoff(rp *resumePoint) (*handoff, error) {
-	h := sha256.New()
-	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(rp.state); err != nil {
+	ho := &handoff{rp: rp, next: rp.at}
+	if err := ho.h.UnmarshalBinary(rp.state); err != nil {
 		return nil, err
 	}
-	return &handoff{rp: rp, h: h, next: rp.at}, nil
+	return ho, nil
 }
 
 // handoffRead is fillReader.Read once the fill failed on the disk.
@@ -235,7 +230,7 @@ func (ho *handoff) verify(r *fillReader, size int64) error {
 			}
 		}
 	}
-	if !sumMatches(ho.h, r.h.fill.key) {
+	if !sumMatches(&ho.h, r.h.fill.key) {
 		return ErrHashMismatch
 	}
 	ho.verified = true

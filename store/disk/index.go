@@ -145,14 +145,6 @@ func isHex(s string) bool {
 	return true
 }
 
-// parseID returns the hex digest of "sha256:<64 lowercase hex>".
-func parseID(id string) (string, bool) {
-	if len(id) != 71 || id[:7] != "sha256:" || !isHex(id[7:]) {
-		return "", false
-	}
-	return id[7:], true
-}
-
 func (c *Cache) path(key string) string { return filepath.Join(c.dir, key[:2], key) }
 
 // dropLocked removes e from the index and returns its path for removal.

@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Variants: content-coded copies of complete, verified segment files,
@@ -98,7 +99,7 @@ func variantFileKey(name string) bool {
 // the variant's length and its Reader over a complete file suits
 // sendfile(2). Only gzip and zstd have variants.
 func (c *Cache) Variant(segmentID string, size int64, coding compress.Coding) (*Handle, VariantState) {
-	key, ok := parseID(segmentID)
+	key, ok := segid.Hex(segmentID)
 	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return nil, VariantUnavailable
 	}
@@ -208,7 +209,7 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 // nil. Unlike Variant it starts nothing (no build, no verification) and
 // does not follow a variant still being encoded.
 func (c *Cache) HeldVariant(segmentID string, size int64, coding compress.Coding) *Handle {
-	key, ok := parseID(segmentID)
+	key, ok := segid.Hex(segmentID)
 	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return nil
 	}
@@ -238,7 +239,7 @@ func (c *Cache) HeldVariant(segmentID string, size int64, coding compress.Coding
 // growing, a variant still being encoded from a fill counts too (length
 // -1).
 func (c *Cache) VariantSize(segmentID string, size int64, coding compress.Coding, growing bool) (int64, bool) {
-	key, ok := parseID(segmentID)
+	key, ok := segid.Hex(segmentID)
 	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return 0, false
 	}
