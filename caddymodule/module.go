@@ -182,10 +182,10 @@ type Handler struct {
 	memo      store.RefusalMemo // the store's refusal memo; nil: none
 	// lookupBounded: the store bounds its own lookups (no timer needed).
 	lookupBounded bool
-	poolKey       string      // set when the store came from the usage pool
-	diskKey       string      // the disk tier's key in diskPool ("" when off)
+	poolKey       string          // set when the store came from the usage pool
+	diskKey       string          // the disk tier's key in diskPool ("" when off)
 	disk          *store.DiskTier // the disk tier (nil when off)
-	life          *lifetime   // releases the store after the last in-flight request
+	life          *lifetime       // releases the store after the last in-flight request
 	logger        *zap.Logger
 	now           func() time.Time
 	// weakKeysOK lets tests use the protocol vectors' short keys; no
@@ -194,7 +194,7 @@ type Handler struct {
 
 	metrics    *handlerMetrics // nil: metrics disabled
 	statsCache cacheStatser    // the store's cache, reported in metrics
-	statsDisk  *store.DiskTier     // the disk tier, reported in metrics
+	statsDisk  *store.DiskTier // the disk tier, reported in metrics
 
 	codings  []compress.Coding  // Compress resolved; empty: off
 	variants store.VariantStore // the store's variants; nil: none

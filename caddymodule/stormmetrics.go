@@ -133,8 +133,8 @@ func newFlowCollector(prefix string) *flowCollector {
 
 func (c *flowCollector) addCache(s flowStatser, backend string) { c.caches.add(s, backend) }
 func (c *flowCollector) removeCache(s flowStatser)              { c.caches.remove(s) }
-func (c *flowCollector) addDisk(d *store.DiskTier)                  { c.disks.add(d, struct{}{}) }
-func (c *flowCollector) removeDisk(d *store.DiskTier)               { c.disks.remove(d) }
+func (c *flowCollector) addDisk(d *store.DiskTier)              { c.disks.add(d, struct{}{}) }
+func (c *flowCollector) removeDisk(d *store.DiskTier)           { c.disks.remove(d) }
 
 func (c *flowCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.fills
