@@ -38,7 +38,7 @@ type AudienceConfig struct {
 // buildAuth decodes the keys and the audience rule.
 func (h *Handler) buildAuth(repl *caddy.Replacer) error {
 	if len(h.Keys) == 0 {
-		return errors.New("syncular_segments: at least one key is required")
+		return errors.New("at least one key is required")
 	}
 	keys := make([][]byte, 0, len(h.Keys))
 	for i, k := range h.Keys {
@@ -83,20 +83,20 @@ func secret(repl *caddy.Replacer, raw, what string, weakOK bool) ([]byte, error)
 		return nil, err
 	}
 	if v == "" {
-		return nil, fmt.Errorf("syncular_segments: %s is empty (check the placeholder or environment variable it names)", what)
+		return nil, fmt.Errorf("%s is empty (check the placeholder or environment variable it names)", what)
 	}
 	b, err := token.ParseKey(v)
 	if err != nil {
-		return nil, fmt.Errorf("syncular_segments: %s: %v", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if len(b) == 0 {
-		return nil, fmt.Errorf("syncular_segments: %s is empty", what)
+		return nil, fmt.Errorf("%s is empty", what)
 	}
 	if weakOK {
 		return b, nil
 	}
 	if err := checkKeyStrength(b); err != nil {
-		return nil, fmt.Errorf("syncular_segments: %s %v", what, err)
+		return nil, fmt.Errorf("%s %w", what, err)
 	}
 	return b, nil
 }
@@ -113,11 +113,11 @@ func expandSecret(repl *caddy.Replacer, raw, what string) (string, error) {
 		}
 		switch {
 		case strings.HasPrefix(name, "env."):
-			bad = fmt.Errorf("syncular_segments: %s: environment variable %s is unset or empty", what, strings.TrimPrefix(name, "env."))
+			bad = fmt.Errorf("%s: environment variable %s is unset or empty", what, strings.TrimPrefix(name, "env."))
 		case strings.HasPrefix(name, "file."):
-			bad = fmt.Errorf("syncular_segments: %s: file %s is missing, unreadable or empty", what, strings.TrimPrefix(name, "file."))
+			bad = fmt.Errorf("%s: file %s is missing, unreadable or empty", what, strings.TrimPrefix(name, "file."))
 		default:
-			bad = fmt.Errorf("syncular_segments: %s has a placeholder that is not known at provision (only {env.*} and {file.*} are expanded; write a literal brace as \\{)", what)
+			bad = fmt.Errorf("%s has a placeholder that is not known at provision (only {env.*} and {file.*} are expanded; write a literal brace as \\{)", what)
 		}
 		return nil, bad
 	})
@@ -125,7 +125,7 @@ func expandSecret(repl *caddy.Replacer, raw, what string) (string, error) {
 		return "", bad
 	}
 	if err != nil {
-		return "", fmt.Errorf("syncular_segments: %s: malformed placeholder", what)
+		return "", fmt.Errorf("%s: malformed placeholder", what)
 	}
 	return v, nil
 }
@@ -153,15 +153,15 @@ func checkKeyStrength(b []byte) error {
 
 func (a *AudienceConfig) build(repl *caddy.Replacer, weakOK bool) (token.Audience, error) {
 	if a == nil {
-		return nil, errors.New("syncular_segments: an audience rule is required (audience template <text> or audience hmac_sha256 <key>)")
+		return nil, errors.New("an audience rule is required (audience template <text> or audience hmac_sha256 <key>)")
 	}
 	switch a.Kind {
 	case "template":
 		if a.Template == "" {
-			return nil, errors.New("syncular_segments: audience template is empty")
+			return nil, errors.New("audience template is empty")
 		}
 		if !strings.Contains(a.Template, "{partition}") {
-			return nil, errors.New("syncular_segments: audience template must contain {partition}")
+			return nil, errors.New("audience template must contain {partition}")
 		}
 		return token.TemplateAudience(a.Template), nil
 	case "hmac_sha256":
@@ -171,10 +171,10 @@ func (a *AudienceConfig) build(repl *caddy.Replacer, weakOK bool) (token.Audienc
 		}
 		aud, err := token.HMACAudience(key, a.Encoding)
 		if err != nil {
-			return nil, fmt.Errorf("syncular_segments: audience hmac_sha256: %v", err)
+			return nil, fmt.Errorf("audience hmac_sha256: %w", err)
 		}
 		return aud, nil
 	default:
-		return nil, fmt.Errorf("syncular_segments: unknown audience kind %q (want template or hmac_sha256)", a.Kind)
+		return nil, fmt.Errorf("unknown audience kind %q (want template or hmac_sha256)", a.Kind)
 	}
 }

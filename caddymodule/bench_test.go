@@ -16,7 +16,6 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -139,10 +138,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 			h.Delivery = DeliveryRedirect
 			h.Audience = aud.cfg
 		})
-		h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
-		if err != nil {
-			b.Fatal(err)
-		}
+		usePresigner(b, h, s3s)
 		target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, h.audience.Derive("p1"), testNow.Add(10*time.Minute))
 		name := "record_cached"
 		if aud.name != "template" {
@@ -156,8 +152,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 			c := store.NewCached(s3s, benchCacheOptions(h))
 			defer c.Close()
 			h.setStore(c)
-			h.metrics = newHandlerMetrics(moduleCollectors(), "srv0", "s3", DeliveryRedirect, len(h.Keys))
-			defer func() { h.metrics = nil }()
+			defer useMetrics(h, "srv0")()
 			benchServeHTTP(b, h, target, http.StatusFound, 0)
 		})
 		b.Run(name, func(b *testing.B) {

@@ -2,11 +2,8 @@ package caddymodule
 
 import (
 	"errors"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // CacheConfig bounds the edge's in-memory cache in front of the store
@@ -63,30 +60,6 @@ type CacheConfig struct {
 	DiskMaxBytes *int64 `json:"disk_max_bytes,omitempty"`
 }
 
-// options returns the store options for c (nil: all defaults, which are
-// store.DefaultCacheOptions).
-func (c *CacheConfig) options(timeout time.Duration, now func() time.Time) store.CacheOptions {
-	o := store.DefaultCacheOptions()
-	o.Timeout = timeout
-	o.Now = now
-	if c == nil {
-		return o
-	}
-	if c.MaxBytes != nil {
-		o.MaxBytes = *c.MaxBytes
-	}
-	if c.MaxEntry != nil {
-		o.MaxEntry = *c.MaxEntry
-	}
-	if c.RecordTTL != nil {
-		o.RecordTTL = time.Duration(*c.RecordTTL)
-	}
-	if c.MaxRecords != nil {
-		o.MaxRecords = *c.MaxRecords
-	}
-	return o
-}
-
 // check refuses negative sizes and durations.
 func (c *CacheConfig) check() error {
 	if c == nil {
@@ -95,7 +68,7 @@ func (c *CacheConfig) check() error {
 	if (c.MaxBytes != nil && *c.MaxBytes < 0) || (c.MaxEntry != nil && *c.MaxEntry < 0) ||
 		(c.RecordTTL != nil && *c.RecordTTL < 0) || (c.MaxRecords != nil && *c.MaxRecords < 0) ||
 		(c.DiskMaxBytes != nil && *c.DiskMaxBytes < 0) {
-		return errors.New("syncular_segments: cache sizes, record_ttl and max_records must not be negative")
+		return errors.New("cache sizes, record_ttl and max_records must not be negative")
 	}
 	return nil
 }

@@ -218,7 +218,7 @@ func TestRefusalRevalidates(t *testing.T) {
 	body := []byte("republished segment")
 	id := fs.add(body, pub("p1", digestA, testNow.Add(-time.Minute))) // expired
 	now := testNow
-	h := newTestHandler(t, nil, func(h *Handler) { h.now = func() time.Time { return now } })
+	h := newTestHandler(t, nil, withClock(func() time.Time { return now }))
 	h.setStore(store.NewCached(fs, h.Cache.options(time.Duration(h.StoreTimeout), h.now)))
 	target := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -88,9 +87,6 @@ type observe struct {
 	status *[numCacheKinds]string
 	// tenantKey keys {http.syncular.tenant}.
 	tenantKey []byte
-
-	flowCache flowStatser // reported in the flow series (stormmetrics.go)
-	flowDisk  *store.DiskTier
 }
 
 // tenantLabel is the fixed label under which the tenant key is derived
@@ -105,9 +101,6 @@ const tenantHexDigits = 16
 func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 	if h.CacheStatus {
 		name := h.CacheStatusName
-		if name == "" {
-			name = DefaultCacheStatusName
-		}
 		if !cacheStatusNameRe.MatchString(name) {
 			return fmt.Errorf("syncular_segments: cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
 		}
@@ -154,38 +147,4 @@ func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
 	now := time.Now()
 	d.tr.statusAt = now // tracing.go
 	h.metrics.firstByte(k, now.Sub(d.start))
-}
-
-// parseCacheStatus parses `cache_status on|off [<name>]`.
-func parseCacheStatus(h *Handler, d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) < 1 || len(args) > 2 {
-		return d.ArgErr()
-	}
-	switch args[0] {
-	case "on":
-		h.CacheStatus = true
-	case "off":
-		if len(args) == 2 {
-			return d.Errf("cache_status off takes no name")
-		}
-		h.CacheStatus = false
-	default:
-		return d.Errf("cache_status must be on or off, not %q", args[0])
-	}
-	if len(args) == 2 {
-		if !cacheStatusNameRe.MatchString(args[1]) {
-			return d.Errf("cache_status: name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", args[1])
-		}
-		h.CacheStatusName = args[1]
-	}
-	return nil
-}
-
-func init() {
-	subdirectives["cache_status"] = parseCacheStatus
-	subdirectives["tenant_key"] = func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.TenantKey, err = oneArg(d)
-		return err
-	}
 }

@@ -77,124 +77,129 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 // Caddyfile expands when adapted) is in the JSON config, and provision
 // warns about it. Sizes are bytes or humanized ("64MiB", "512KiB"; "MB"
 // means 10^6). Each subdirective may appear once.
-func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
+func (h *Handler) UnmarshalCaddyfile(disp *caddyfile.Dispenser) error {
+	disp.Next() // consume directive name
+	if disp.NextArg() {
+		return disp.ArgErr()
 	}
-	return parseBlock(d, 0, "", func(sub string) error {
+	return parseBlock(disp, 0, "", func(sub string) error {
 		parse, ok := subdirectives[sub]
 		if !ok {
-			return d.Errf("unknown subdirective %q", sub)
+			return disp.Errf("unknown subdirective %q", sub)
 		}
-		return parse(h, d)
+		return parse(h, disp)
 	})
 }
 
 // subdirectives parse one line (or block) of the syncular_segments block
 // each, from the subdirective's name on.
-var subdirectives = map[string]func(h *Handler, d *caddyfile.Dispenser) error{
-	"key": func(h *Handler, d *caddyfile.Dispenser) error {
-		h.Keys = d.RemainingArgs()
+var subdirectives = map[string]func(h *Handler, disp *caddyfile.Dispenser) error{
+	"key": func(h *Handler, disp *caddyfile.Dispenser) error {
+		h.Keys = disp.RemainingArgs()
 		if len(h.Keys) == 0 {
-			return d.ArgErr()
+			return disp.ArgErr()
 		}
 		return nil
 	},
 	"audience": parseAudience,
-	"skew": func(h *Handler, d *caddyfile.Dispenser) error {
-		dur, err := parseDuration(d, false)
+	"skew": func(h *Handler, disp *caddyfile.Dispenser) error {
+		dur, err := parseDuration(disp, false)
 		if err != nil {
 			return err
 		}
 		h.Skew = &dur // explicit: 0 is zero skew, not the default
 		return nil
 	},
-	"presign_ttl": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.PresignTTL, err = parseDuration(d, true)
+	"presign_ttl": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.PresignTTL, err = parseDuration(disp, true)
 		return err
 	},
-	"grace": func(h *Handler, d *caddyfile.Dispenser) error {
-		dur, err := parseDuration(d, false)
+	"grace": func(h *Handler, disp *caddyfile.Dispenser) error {
+		dur, err := parseDuration(disp, false)
 		if err != nil {
 			return err
 		}
 		h.Grace = &dur // explicit: 0 turns it off, not the default
 		return nil
 	},
-	"store_timeout": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.StoreTimeout, err = parseDuration(d, true)
+	"store_timeout": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.StoreTimeout, err = parseDuration(disp, true)
 		return err
 	},
-	"store_concurrency": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.StoreConcurrency, err = parseCount(d, "store_concurrency")
+	"store_concurrency": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.StoreConcurrency, err = parseCount(disp, "store_concurrency")
 		return err
 	},
-	"store_queue": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.StoreQueue, err = parseCount(d, "store_queue")
+	"store_queue": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.StoreQueue, err = parseCount(disp, "store_queue")
 		return err
 	},
-	"store_queue_wait": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.StoreQueueWait, err = parseDuration(d, true)
+	"store_queue_wait": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.StoreQueueWait, err = parseDuration(disp, true)
 		return err
 	},
-	"max_token_length": func(h *Handler, d *caddyfile.Dispenser) error {
-		v, err := oneArg(d)
+	"max_token_length": func(h *Handler, disp *caddyfile.Dispenser) error {
+		v, err := oneArg(disp)
 		if err != nil {
 			return err
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return d.Errf("max_token_length must be a positive number of bytes, not %q", v)
+			return disp.Errf("max_token_length must be a positive number of bytes, not %q", v)
 		}
 		h.MaxTokenLength = n
 		return nil
 	},
-	"untokened": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.Untokened, err = oneOf(d, "untokened must be next or reject", untokenedNext, untokenedReject)
+	"untokened": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.Untokened, err = oneOf(disp, "untokened must be next or reject", untokenedNext, untokenedReject)
 		return err
 	},
-	"delivery": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.Delivery, err = oneOf(d, "delivery must be serve, redirect or proxy", DeliveryServe, DeliveryRedirect, DeliveryProxy)
+	"delivery": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.Delivery, err = oneOf(disp, "delivery must be serve, redirect or proxy", DeliveryServe, DeliveryRedirect, DeliveryProxy)
 		return err
 	},
-	"legacy_headers": func(h *Handler, d *caddyfile.Dispenser) (err error) {
-		h.LegacyHeaders, err = oneOf(d, "legacy_headers must be stream or redirect", legacyHeadersStream, legacyHeadersRedirect)
+	"legacy_headers": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.LegacyHeaders, err = oneOf(disp, "legacy_headers must be stream or redirect", legacyHeadersStream, legacyHeadersRedirect)
 		return err
 	},
-	"disable_metrics": func(h *Handler, d *caddyfile.Dispenser) error {
-		if d.NextArg() {
-			return d.ArgErr()
+	"disable_metrics": func(h *Handler, disp *caddyfile.Dispenser) error {
+		if disp.NextArg() {
+			return disp.ArgErr()
 		}
 		h.DisableMetrics = true
 		return nil
 	},
-	"verify_store_on_start": func(h *Handler, d *caddyfile.Dispenser) error {
-		v, err := oneArg(d)
+	"verify_store_on_start": func(h *Handler, disp *caddyfile.Dispenser) error {
+		v, err := oneArg(disp)
 		if err != nil {
 			return err
 		}
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return d.Errf("verify_store_on_start must be true or false, not %q", v)
+			return disp.Errf("verify_store_on_start must be true or false, not %q", v)
 		}
 		h.VerifyStoreOnStart = &b
 		return nil
 	},
-	"store":    parseStore,
-	"cache":    parseCache,
-	"compress": parseCompress,
-	"cdn":      parseCDN, // cdn.go
+	"store":        parseStore,
+	"cache":        parseCache,
+	"compress":     parseCompress,
+	"cdn":          parseCDN,
+	"cache_status": parseCacheStatus,
+	"tenant_key": func(h *Handler, disp *caddyfile.Dispenser) (err error) {
+		h.TenantKey, err = oneArg(disp)
+		return err
+	},
 }
 
 // parseBlock runs each for every subdirective of the block at nesting,
 // refusing a repeated one. prefix names the block in errors ("store s3: ").
-func parseBlock(d *caddyfile.Dispenser, nesting int, prefix string, each func(sub string) error) error {
+func parseBlock(disp *caddyfile.Dispenser, nesting int, prefix string, each func(sub string) error) error {
 	seen := map[string]bool{}
-	for d.NextBlock(nesting) {
-		sub := d.Val()
+	for disp.NextBlock(nesting) {
+		sub := disp.Val()
 		if seen[sub] {
-			return d.Errf("%s%s specified more than once", prefix, sub)
+			return disp.Errf("%s%s specified more than once", prefix, sub)
 		}
 		seen[sub] = true
 		if err := each(sub); err != nil {
@@ -204,18 +209,18 @@ func parseBlock(d *caddyfile.Dispenser, nesting int, prefix string, each func(su
 	return nil
 }
 
-func parseAudience(h *Handler, d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
+func parseAudience(h *Handler, disp *caddyfile.Dispenser) error {
+	args := disp.RemainingArgs()
 	if len(args) < 2 {
-		return d.ArgErr()
+		return disp.ArgErr()
 	}
 	switch args[0] {
 	case "template":
 		if len(args) != 2 {
-			return d.ArgErr()
+			return disp.ArgErr()
 		}
 		if long, short, ok := rewrittenPlaceholder(args[1]); ok {
-			return d.Errf("audience template: %s cannot be carried through a Caddyfile as written: "+
+			return disp.Errf("audience template: %s cannot be carried through a Caddyfile as written: "+
 				"Caddy rewrites the shorthand %s into %s before this directive sees the template, so "+
 				"the edge cannot tell which of the two you wrote. Keep a Caddyfile template's braces to "+
 				"{partition} and literal text that is no Caddy placeholder, or write the template in "+
@@ -224,36 +229,36 @@ func parseAudience(h *Handler, d *caddyfile.Dispenser) error {
 		h.Audience = &AudienceConfig{Kind: "template", Template: args[1]}
 	case "hmac_sha256":
 		if len(args) > 3 {
-			return d.ArgErr()
+			return disp.ArgErr()
 		}
 		h.Audience = &AudienceConfig{Kind: "hmac_sha256", Key: args[1]}
 		if len(args) == 3 {
 			if args[2] != "hex" && args[2] != "base64url" {
-				return d.Errf("audience hmac_sha256 encoding must be hex or base64url, not %q", args[2])
+				return disp.Errf("audience hmac_sha256 encoding must be hex or base64url, not %q", args[2])
 			}
 			h.Audience.Encoding = args[2]
 		}
 	default:
-		return d.Errf("unknown audience rule %q (want template or hmac_sha256)", args[0])
+		return disp.Errf("unknown audience rule %q (want template or hmac_sha256)", args[0])
 	}
 	return nil
 }
 
-func parseStore(h *Handler, d *caddyfile.Dispenser) error {
-	if !d.NextArg() {
-		return d.ArgErr()
+func parseStore(h *Handler, disp *caddyfile.Dispenser) error {
+	if !disp.NextArg() {
+		return disp.ArgErr()
 	}
-	switch d.Val() {
+	switch disp.Val() {
 	case backendSQLite:
 		var path string
-		if !d.AllArgs(&path) {
-			return d.ArgErr()
+		if !disp.AllArgs(&path) {
+			return disp.ArgErr()
 		}
 		h.Store = &StoreConfig{Backend: backendSQLite, Path: path}
 		return nil
 	case backendS3:
-		if d.NextArg() {
-			return d.ArgErr()
+		if disp.NextArg() {
+			return disp.ArgErr()
 		}
 		c := &S3Config{}
 		h.Store = &StoreConfig{Backend: backendS3, S3: c}
@@ -261,55 +266,84 @@ func parseStore(h *Handler, d *caddyfile.Dispenser) error {
 			"bucket": &c.Bucket, "region": &c.Region, "endpoint": &c.Endpoint, "prefix": &c.Prefix,
 			"access_key_id": &c.AccessKeyID, "secret_access_key": &c.SecretAccessKey, "session_token": &c.SessionToken,
 		}
-		return parseBlock(d, d.Nesting(), "store s3: ", func(sub string) error {
+		return parseBlock(disp, disp.Nesting(), "store s3: ", func(sub string) error {
 			if sub == "path_style" {
 				v := true // a bare path_style turns it on
-				if d.NextArg() {
-					b, err := strconv.ParseBool(d.Val())
+				if disp.NextArg() {
+					b, err := strconv.ParseBool(disp.Val())
 					if err != nil {
-						return d.Errf("store s3: path_style must be true or false, not %q", d.Val())
+						return disp.Errf("store s3: path_style must be true or false, not %q", disp.Val())
 					}
 					v = b
 				}
 				c.PathStyle = &v
-				if d.NextArg() {
-					return d.ArgErr()
+				if disp.NextArg() {
+					return disp.ArgErr()
 				}
 				return nil
 			}
 			dst, ok := text[sub]
 			if !ok {
-				return d.Errf("store s3: unknown subdirective %q", sub)
+				return disp.Errf("store s3: unknown subdirective %q", sub)
 			}
-			if !d.AllArgs(dst) {
-				return d.ArgErr()
+			if !disp.AllArgs(dst) {
+				return disp.ArgErr()
 			}
 			return nil
 		})
 	default:
-		return d.Errf("unknown store backend %q (want sqlite or s3)", d.Val())
+		return disp.Errf("unknown store backend %q (want sqlite or s3)", disp.Val())
 	}
 }
 
+// parseCDN parses `cdn cloudfront { domain …; key_pair_id …; private_key …;
+// origin_path … }` (syntax on UnmarshalCaddyfile).
+func parseCDN(h *Handler, disp *caddyfile.Dispenser) error {
+	if !disp.NextArg() {
+		return disp.ArgErr()
+	}
+	if disp.Val() != "cloudfront" {
+		return disp.Errf("unknown cdn %q (want cloudfront)", disp.Val())
+	}
+	if disp.NextArg() {
+		return disp.ArgErr()
+	}
+	c := &CloudFrontConfig{}
+	h.CDN = &CDNConfig{CloudFront: c}
+	text := map[string]*string{
+		"domain": &c.Domain, "key_pair_id": &c.KeyPairID, "private_key": &c.PrivateKey, "origin_path": &c.OriginPath,
+	}
+	return parseBlock(disp, disp.Nesting(), "cdn cloudfront: ", func(sub string) error {
+		dst, ok := text[sub]
+		if !ok {
+			return disp.Errf("cdn cloudfront: unknown subdirective %q", sub)
+		}
+		if !disp.AllArgs(dst) {
+			return disp.ArgErr()
+		}
+		return nil
+	})
+}
+
 // parseCache parses the cache block (syntax on UnmarshalCaddyfile).
-func parseCache(h *Handler, d *caddyfile.Dispenser) error {
-	if d.NextArg() {
-		return d.ArgErr()
+func parseCache(h *Handler, disp *caddyfile.Dispenser) error {
+	if disp.NextArg() {
+		return disp.ArgErr()
 	}
 	c := &CacheConfig{}
 	h.Cache = c
-	return parseBlock(d, d.Nesting(), "cache: ", func(sub string) error {
+	return parseBlock(disp, disp.Nesting(), "cache: ", func(sub string) error {
 		switch sub {
 		case "disk", "disk_max_bytes":
-			return parseDiskSub(d, c, sub) // disktier.go
+			return parseDiskSub(disp, c, sub)
 		case "max_bytes", "max_entry":
-			v, err := oneArg(d)
+			v, err := oneArg(disp)
 			if err != nil {
 				return err
 			}
 			n, err := humanize.ParseBytes(v)
 			if err != nil || n > 1<<50 {
-				return d.Errf("cache: %s: bad size %q", sub, v)
+				return disp.Errf("cache: %s: bad size %q", sub, v)
 			}
 			size := int64(n)
 			if sub == "max_bytes" {
@@ -318,46 +352,109 @@ func parseCache(h *Handler, d *caddyfile.Dispenser) error {
 				c.MaxEntry = &size
 			}
 		case "record_ttl":
-			v, err := oneArg(d)
+			v, err := oneArg(disp)
 			if err != nil {
 				return err
 			}
 			dur, err := caddy.ParseDuration(v)
 			if err != nil || dur < 0 {
-				return d.Errf("cache: record_ttl: bad duration %q", v)
+				return disp.Errf("cache: record_ttl: bad duration %q", v)
 			}
 			ttl := caddy.Duration(dur)
 			c.RecordTTL = &ttl
 		case "max_records":
-			v, err := oneArg(d)
+			v, err := oneArg(disp)
 			if err != nil {
 				return err
 			}
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
-				return d.Errf("cache: max_records must be a number >= 0, not %q", v)
+				return disp.Errf("cache: max_records must be a number >= 0, not %q", v)
 			}
 			c.MaxRecords = &n
 		default:
-			return d.Errf("cache: unknown subdirective %q", sub)
+			return disp.Errf("cache: unknown subdirective %q", sub)
 		}
 		return nil
 	})
 }
 
+// parseDiskSub parses the disk tier's subdirectives of cache {}:
+//
+//	disk           <dir>|off  # default: <Caddy data dir>/syncular/segments; its own directory
+//	disk_max_bytes <size>     # default 4GiB; 0 turns the disk tier off
+func parseDiskSub(disp *caddyfile.Dispenser, c *CacheConfig, sub string) error {
+	v, err := oneArg(disp)
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "disk":
+		c.Disk = v
+	case "disk_max_bytes":
+		n, err := humanize.ParseBytes(v)
+		if err != nil || n > 1<<50 {
+			return disp.Errf("cache: disk_max_bytes: bad size %q", v)
+		}
+		size := int64(n)
+		c.DiskMaxBytes = &size
+	}
+	return nil
+}
+
+// parseCompress parses `compress zstd gzip` (preference order) or
+// `compress off`.
+func parseCompress(h *Handler, disp *caddyfile.Dispenser) error {
+	args := disp.RemainingArgs()
+	if len(args) == 0 {
+		return disp.ArgErr()
+	}
+	if _, err := compressPrefs(args); err != nil {
+		return disp.Err(err.Error())
+	}
+	h.Compress = args
+	return nil
+}
+
+// parseCacheStatus parses `cache_status on|off [<name>]`.
+func parseCacheStatus(h *Handler, disp *caddyfile.Dispenser) error {
+	args := disp.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return disp.ArgErr()
+	}
+	switch args[0] {
+	case "on":
+		h.CacheStatus = true
+	case "off":
+		if len(args) == 2 {
+			return disp.Errf("cache_status off takes no name")
+		}
+		h.CacheStatus = false
+	default:
+		return disp.Errf("cache_status must be on or off, not %q", args[0])
+	}
+	if len(args) == 2 {
+		if !cacheStatusNameRe.MatchString(args[1]) {
+			return disp.Errf("cache_status: name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", args[1])
+		}
+		h.CacheStatusName = args[1]
+	}
+	return nil
+}
+
 // oneArg returns the subdirective's single argument.
-func oneArg(d *caddyfile.Dispenser) (string, error) {
+func oneArg(disp *caddyfile.Dispenser) (string, error) {
 	var v string
-	if !d.AllArgs(&v) {
-		return "", d.ArgErr()
+	if !disp.AllArgs(&v) {
+		return "", disp.ArgErr()
 	}
 	return v, nil
 }
 
 // oneOf returns the subdirective's single argument, one of allowed; msg
 // starts the error for any other value.
-func oneOf(d *caddyfile.Dispenser, msg string, allowed ...string) (string, error) {
-	v, err := oneArg(d)
+func oneOf(disp *caddyfile.Dispenser, msg string, allowed ...string) (string, error) {
+	v, err := oneArg(disp)
 	if err != nil {
 		return "", err
 	}
@@ -366,27 +463,27 @@ func oneOf(d *caddyfile.Dispenser, msg string, allowed ...string) (string, error
 			return v, nil
 		}
 	}
-	return "", d.Errf("%s, not %q", msg, v)
+	return "", disp.Errf("%s, not %q", msg, v)
 }
 
 // parseDuration parses the subdirective's single duration argument,
 // never negative. positive: 0 is refused too (where 0 in JSON means
 // "unset", an explicit 0 is a mistake).
-func parseDuration(d *caddyfile.Dispenser, positive bool) (caddy.Duration, error) {
-	sub := d.Val()
-	v, err := oneArg(d)
+func parseDuration(disp *caddyfile.Dispenser, positive bool) (caddy.Duration, error) {
+	sub := disp.Val()
+	v, err := oneArg(disp)
 	if err != nil {
 		return 0, err
 	}
 	dur, err := caddy.ParseDuration(v)
 	if err != nil {
-		return 0, d.Errf("%s: bad duration %q: %v", sub, v, err)
+		return 0, disp.Errf("%s: bad duration %q: %v", sub, v, err)
 	}
 	if dur < 0 {
-		return 0, d.Errf("%s must not be negative", sub)
+		return 0, disp.Errf("%s must not be negative", sub)
 	}
 	if dur == 0 && positive {
-		return 0, d.Errf("%s must be positive (omit it for the default)", sub)
+		return 0, disp.Errf("%s must be positive (omit it for the default)", sub)
 	}
 	return caddy.Duration(dur), nil
 }
@@ -396,14 +493,14 @@ var _ caddyfile.Unmarshaler = (*Handler)(nil)
 
 // parseCount parses one non-negative integer argument of sub (explicit:
 // 0 is a value, not the default).
-func parseCount(d *caddyfile.Dispenser, sub string) (*int, error) {
-	v, err := oneArg(d)
+func parseCount(disp *caddyfile.Dispenser, sub string) (*int, error) {
+	v, err := oneArg(disp)
 	if err != nil {
 		return nil, err
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return nil, d.Errf("%s must be a number, 0 or more, not %q", sub, v)
+		return nil, disp.Errf("%s must be a number, 0 or more, not %q", sub, v)
 	}
 	return &n, nil
 }

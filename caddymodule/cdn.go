@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/presign"
@@ -59,23 +58,23 @@ func (h *Handler) checkCDN() error {
 	}
 	c := h.CDN.CloudFront
 	if c == nil {
-		return errors.New("syncular_segments: cdn needs a provider (cloudfront)")
+		return errors.New("cdn needs a provider (cloudfront)")
 	}
 	if h.Store == nil || h.Store.Backend != backendS3 {
-		return errors.New("syncular_segments: cdn needs an s3 store (the distribution's origin is its bucket)")
+		return errors.New("cdn needs an s3 store (the distribution's origin is its bucket)")
 	}
 	if h.Delivery != DeliveryRedirect {
-		return fmt.Errorf("syncular_segments: cdn applies to delivery redirect only (delivery is %s)", h.Delivery)
+		return fmt.Errorf("cdn applies to delivery redirect only (delivery is %s)", h.Delivery)
 	}
 	for _, f := range []struct{ v, name string }{
 		{c.Domain, "domain"}, {c.KeyPairID, "key_pair_id"}, {c.PrivateKey, "private_key"},
 	} {
 		if f.v == "" {
-			return fmt.Errorf("syncular_segments: cdn cloudfront: %s is required", f.name)
+			return fmt.Errorf("cdn cloudfront: %s is required", f.name)
 		}
 	}
 	if !isPlaceholder(c.PrivateKey) {
-		return errors.New("syncular_segments: cdn cloudfront: write private_key as {file./path/to/key.pem} or {env.NAME}, never the key itself")
+		return errors.New("cdn cloudfront: write private_key as {file./path/to/key.pem} or {env.NAME}, never the key itself")
 	}
 	return nil
 }
@@ -97,7 +96,7 @@ func (h *Handler) provisionCDN(repl *caddy.Replacer, s *store.S3) error {
 		return err
 	}
 	if keyPEM == "" {
-		return errors.New("syncular_segments: cdn cloudfront private_key is empty (check the file or environment variable it names)")
+		return errors.New("cdn cloudfront private_key is empty (check the file or environment variable it names)")
 	}
 	opts := presign.CloudFrontOptions{
 		Domain:        repl.ReplaceKnown(c.Domain, ""),
@@ -108,40 +107,11 @@ func (h *Handler) provisionCDN(repl *caddy.Replacer, s *store.S3) error {
 	}
 	signer, err := presign.NewCloudFrontSigner(s.ObjectKey, opts)
 	if err != nil {
-		return fmt.Errorf("syncular_segments: cdn cloudfront: %s", strings.TrimPrefix(err.Error(), "presign: cloudfront: "))
+		return fmt.Errorf("cdn cloudfront: %s", strings.TrimPrefix(err.Error(), "presign: cloudfront: "))
 	}
 	h.cdn = signer
 	h.logger.Info("redirects go to CloudFront signed URLs",
 		zap.String("domain", opts.Domain), zap.String("key_pair_id", opts.KeyPairID),
 		zap.String("key_type", signer.KeyType()), zap.Duration("ttl", signer.TTL()), zap.Duration("window", signer.Window()))
 	return nil
-}
-
-// parseCDN parses `cdn cloudfront { domain …; key_pair_id …; private_key …;
-// origin_path … }` (syntax on UnmarshalCaddyfile).
-func parseCDN(h *Handler, d *caddyfile.Dispenser) error {
-	if !d.NextArg() {
-		return d.ArgErr()
-	}
-	if d.Val() != "cloudfront" {
-		return d.Errf("unknown cdn %q (want cloudfront)", d.Val())
-	}
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	c := &CloudFrontConfig{}
-	h.CDN = &CDNConfig{CloudFront: c}
-	text := map[string]*string{
-		"domain": &c.Domain, "key_pair_id": &c.KeyPairID, "private_key": &c.PrivateKey, "origin_path": &c.OriginPath,
-	}
-	return parseBlock(d, d.Nesting(), "cdn cloudfront: ", func(sub string) error {
-		dst, ok := text[sub]
-		if !ok {
-			return d.Errf("cdn cloudfront: unknown subdirective %q", sub)
-		}
-		if !d.AllArgs(dst) {
-			return d.ArgErr()
-		}
-		return nil
-	})
 }

@@ -122,7 +122,7 @@ func TestCDNRedirect(t *testing.T) {
 	var now time.Time
 	mk := func(t *testing.T, privateKey, legacyHeaders string) *Handler {
 		t.Helper()
-		h := &Handler{
+		h := testHooks(&Handler{
 			Keys:     []string{string(testKey)},
 			Audience: &AudienceConfig{Kind: "template", Template: "aud:{partition}"},
 			Store: &StoreConfig{Backend: "s3", S3: &S3Config{
@@ -137,9 +137,7 @@ func TestCDNRedirect(t *testing.T) {
 			DisableMetrics: true,
 			Compress:       []string{"off"},
 			Cache:          &CacheConfig{RecordTTL: new(caddy.Duration), Disk: "off"},
-			weakKeysOK:     true,
-			now:            func() time.Time { return now },
-		}
+		}, withWeakKeys(), withClock(func() time.Time { return now }))
 		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 		t.Cleanup(cancel)
 		if err := h.Provision(ctx); err != nil {

@@ -20,7 +20,7 @@ import (
 func loadConfig(path, adapterName string) (any, error) {
 	body, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--config: %v", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
 	if adapterName != "json" {
 		a := caddyconfig.GetAdapter(adapterName)
@@ -28,12 +28,12 @@ func loadConfig(path, adapterName string) (any, error) {
 			return nil, fmt.Errorf("--adapter: unknown config adapter %q", adapterName)
 		}
 		if body, _, err = a.Adapt(body, map[string]any{"filename": path}); err != nil {
-			return nil, fmt.Errorf("--config: adapting: %v", err)
+			return nil, fmt.Errorf("--config: adapting: %w", err)
 		}
 	}
 	var cfg any
 	if err := json.Unmarshal(body, &cfg); err != nil {
-		return nil, fmt.Errorf("--config: %v", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
 	return cfg, nil
 }

@@ -72,7 +72,7 @@ func runMint(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	if err := checkKeyStrength(key); err != nil {
-		return fmt.Errorf("--key %v", err)
+		return fmt.Errorf("--key %w", err)
 	}
 	seg, sd := get("segment"), get("scope-digest")
 	if !segid.Valid(seg) {
@@ -92,7 +92,7 @@ func runMint(cmd *cobra.Command, _ []string) error {
 	now := time.Now()
 	if s := get("now"); s != "" {
 		if now, err = token.ParseTime(s); err != nil {
-			return fmt.Errorf("--now: %v", err)
+			return fmt.Errorf("--now: %w", err)
 		}
 	}
 	u, expMs := token.IssueURL(key, strings.TrimSuffix(get("base-url"), "/"), seg, sd, aud, int64(ttl/time.Second), now.UnixMilli())
@@ -127,11 +127,11 @@ func mintAudience(aud, partition, tmpl, hmacKey, encoding string) (string, error
 		return "", err
 	}
 	if err := checkKeyStrength(k); err != nil {
-		return "", fmt.Errorf("--audience-hmac-key %v", err)
+		return "", fmt.Errorf("--audience-hmac-key %w", err)
 	}
 	rule, err := token.HMACAudience(k, encoding)
 	if err != nil {
-		return "", fmt.Errorf("--audience-encoding: %v", err)
+		return "", fmt.Errorf("--audience-encoding: %w", err)
 	}
 	return rule.Derive(partition), nil
 }
@@ -210,7 +210,7 @@ func inspectTo(cmd *cobra.Command, stdout, stderr io.Writer, arg string) error {
 	}
 	if s := get("now"); s != "" {
 		if opts.Now, err = token.ParseTime(s); err != nil {
-			return fmt.Errorf("--now: %v", err)
+			return fmt.Errorf("--now: %w", err)
 		}
 	}
 	opts.Skew, _ = f.GetDuration("skew")
@@ -258,7 +258,7 @@ func optionsFromConfig(opts *token.InspectOptions, path, adapterName, partition 
 	}
 	var h Handler
 	if err := json.Unmarshal(found[0].raw, &h); err != nil {
-		return fmt.Errorf("--config: syncular_segments: %v", err)
+		return fmt.Errorf("--config: syncular_segments: %w", err)
 	}
 	if err := h.setDefaults(); err != nil {
 		return err
@@ -319,7 +319,7 @@ func flagSecret(flag, raw string) ([]byte, error) {
 	}
 	k, err := token.ParseKey(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", flag, err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return k, nil
 }

@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-
 	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/store"
 )
 
-// The compress subdirective: which content codings the answers may have
+// The compress option: which content codings the answers may have
 // (respond.go sends them).
 
 // compressOff is the value of Compress that turns compression off.
@@ -38,20 +36,6 @@ func compressPrefs(list []string) ([]compress.Coding, error) {
 		prefs = append(prefs, c)
 	}
 	return prefs, nil
-}
-
-// parseCompress parses `compress zstd gzip` (preference order) or
-// `compress off`.
-func parseCompress(h *Handler, d *caddyfile.Dispenser) error {
-	args := d.RemainingArgs()
-	if len(args) == 0 {
-		return d.ArgErr()
-	}
-	if _, err := compressPrefs(args); err != nil {
-		return d.Err(err.Error())
-	}
-	h.Compress = args
-	return nil
 }
 
 // provisionCompress resolves Compress (checkConfig checked it) and finds

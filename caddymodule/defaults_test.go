@@ -49,6 +49,12 @@ func TestDocsStateDefaults(t *testing.T) {
 		}
 		return strconv.Itoa(n>>20) + "MiB"
 	}
+	gib := func(n int64) string {
+		if n%(1<<30) != 0 {
+			t.Fatalf("%d is not whole GiB", n)
+		}
+		return strconv.FormatInt(n>>30, 10) + "GiB"
+	}
 	defaults := []struct {
 		field, sub, json, caddyfile string
 	}{
@@ -68,6 +74,7 @@ func TestDocsStateDefaults(t *testing.T) {
 		{"MaxEntry", "max_entry", strconv.Itoa(store.DefaultMaxEntry), iec(store.DefaultMaxEntry)},
 		{"RecordTTL", "record_ttl", secs(store.DefaultRecordTTL), secs(store.DefaultRecordTTL)},
 		{"MaxRecords", "max_records", strconv.Itoa(store.DefaultMaxRecords), strconv.Itoa(store.DefaultMaxRecords)},
+		{"DiskMaxBytes", "disk_max_bytes", strconv.FormatInt(defaultDiskMaxBytes, 10), gib(defaultDiskMaxBytes)},
 		{"Compress", "compress", codingsJSON(compress.DefaultPrefs()), codingsText(compress.DefaultPrefs())},
 	}
 

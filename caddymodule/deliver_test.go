@@ -169,7 +169,7 @@ func TestDecisionCountedWithoutReplacer(t *testing.T) {
 	fs := newFakeStore()
 	id := fs.add([]byte("counted without a replacer"), pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newTestHandler(t, fs, nil)
-	h.metrics = newHandlerMetrics(moduleCollectors(), unknownServer, "sqlite", h.Delivery, len(h.Keys))
+	useMetrics(h, unknownServer)
 	before := requestsOf("sync.forbidden", "serve")
 	req := httptest.NewRequest(http.MethodGet, "/sync/segments/"+id+"?st="+mintToken(id, digestB, "aud:p1", testNow.Add(time.Minute)), nil)
 	rec := httptest.NewRecorder()

@@ -17,7 +17,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
@@ -88,8 +87,7 @@ func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Han
 		fs.data[id] = bad
 	}
 	h := newTestHandler(t, nil, nil)
-	core, logs := observer.New(zap.DebugLevel)
-	h.logger = zap.New(core)
+	logs := observeLogs(h)
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	opts.MaxEntry = 1 << 20
 	var d *store.DiskTier
@@ -102,7 +100,7 @@ func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Han
 		t.Cleanup(func() { d.Close() })
 		opts.Disk = d
 	}
-	h.store = store.NewCached(fs, opts)
+	h.setStore(store.NewCached(fs, opts))
 	return h, fs, "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute)), logs, d
 }
 
@@ -195,8 +193,8 @@ func TestServeLargeFromDiskTier(t *testing.T) {
 		t.Fatalf("store opened %d times, want 1", opens)
 	}
 
-	col := newDiskCollector("test_")
-	col.add(dc)
+	col := newScrapeCollector("test_")
+	col.addDisk(dc)
 	for name, want := range map[string]float64{"test_disk_files": 1, "test_disk_fills_total": 1, "test_disk_hits_total": 3, "test_disk_bytes": 2 << 20} {
 		if got := collectOne(t, col, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)

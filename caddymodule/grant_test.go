@@ -44,7 +44,7 @@ func TestServeExpiryBoundary(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := exp.Add(c.offset)
-			h := newTestHandler(t, fs, func(h *Handler) { h.now = func() time.Time { return now } })
+			h := newTestHandler(t, fs, withClock(func() time.Time { return now }))
 			url := "/segments/" + c.seg + "?st=" + mintToken(c.seg, digestA, "aud:p1", later.Add(time.Hour))
 			rec, _ := serve(t, h, "GET", url, nil)
 			if c.status == 200 {

@@ -45,13 +45,13 @@ func (h *Handler) checkIgnored() error {
 		delivery = defaultDelivery(backend)
 	}
 	if h.PresignTTL != 0 && delivery != DeliveryRedirect {
-		return fmt.Errorf("syncular_segments: presign_ttl applies to delivery redirect only (delivery is %s, which presigns nothing): remove it", delivery)
+		return fmt.Errorf("presign_ttl applies to delivery redirect only (delivery is %s, which presigns nothing): remove it", delivery)
 	}
 	if h.VerifyStoreOnStart != nil && backend == backendSQLite {
-		return errors.New("syncular_segments: verify_store_on_start applies to an s3 store only (a sqlite store is always opened and checked at provision, and a config whose file cannot be opened is refused): remove it")
+		return errors.New("verify_store_on_start applies to an s3 store only (a sqlite store is always opened and checked at provision, and a config whose file cannot be opened is refused): remove it")
 	}
 	if c := h.Cache; c != nil && c.Disk == DiskOff && c.DiskMaxBytes != nil && *c.DiskMaxBytes != 0 {
-		return errors.New("syncular_segments: cache disk_max_bytes has no effect with disk off: remove one of them")
+		return errors.New("cache disk_max_bytes has no effect with disk off: remove one of them")
 	}
 	return nil
 }
@@ -63,7 +63,7 @@ func (h *Handler) checkIgnored() error {
 func refuseSharedAudienceKey(keys [][]byte, audKey []byte) error {
 	for i, k := range keys {
 		if bytes.Equal(k, audKey) {
-			return fmt.Errorf("syncular_segments: audience hmac_sha256 key is the same as key %d: every audience would then be a MAC "+
+			return fmt.Errorf("audience hmac_sha256 key is the same as key %d: every audience would then be a MAC "+
 				"made with a token key; give the audience rule a separate random key (32 random bytes, e.g. `openssl rand -hex 32`, written hex:<64 hex digits>)", i+1)
 		}
 	}
@@ -106,10 +106,7 @@ func (h *Handler) configWarnings(repl *caddy.Replacer) []string {
 				"rotated logEpoch is still granted for that long; keep it to seconds (default %v)", time.Duration(*c.RecordTTL), warnRecordTTL, store.DefaultRecordTTL))
 		}
 		if c.MaxEntry != nil {
-			maxBytes := int64(store.DefaultMaxBytes)
-			if c.MaxBytes != nil {
-				maxBytes = *c.MaxBytes
-			}
+			maxBytes := h.cacheOpts.MaxBytes
 			if *c.MaxEntry > maxBytes {
 				w = append(w, fmt.Sprintf("syncular_segments: cache max_entry %s is above max_bytes %s: no segment larger than max_bytes is "+
 					"cached, so max_entry acts as %s; lower max_entry or raise max_bytes", iBytes(*c.MaxEntry), iBytes(maxBytes), iBytes(maxBytes)))

@@ -119,18 +119,16 @@ var (
 )
 
 // newTestHandler builds a provisioned handler around st without Caddy's
-// module loader: template audience aud:{partition}, fixed clock.
-func newTestHandler(t testing.TB, st store.Store, mod func(*Handler)) *Handler {
+// module loader: template audience aud:{partition}, fixed clock; opts
+// (export_test.go) run before the defaults, in order.
+func newTestHandler(t testing.TB, st store.Store, opts ...testOption) *Handler {
 	t.Helper()
-	h := &Handler{
+	h := testHooks(&Handler{
 		Keys:     []string{string(testKey)},
 		Audience: &AudienceConfig{Kind: "template", Template: "aud:{partition}"},
 		Store:    &StoreConfig{Backend: "sqlite", Path: "unused"},
-		now:      func() time.Time { return testNow },
-	}
-	if mod != nil {
-		mod(h)
-	}
+		life:     new(lifetime),
+	}, append([]testOption{withClock(func() time.Time { return testNow })}, opts...)...)
 	if err := h.setDefaults(); err != nil {
 		t.Fatal(err)
 	}

@@ -59,7 +59,6 @@ func TestCleanupWaitsForInflight(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	gs := &gatedStore{fakeStore: fs, gate: make(chan struct{}), opened: make(chan struct{}, 1)}
 	h := newTestHandler(t, gs, nil)
-	h.life = new(lifetime)
 	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 
 	done := make(chan []byte)
@@ -96,7 +95,6 @@ func TestCleanupWaitsForInflight(t *testing.T) {
 	// Nothing in flight: released at once.
 	gs2 := &gatedStore{fakeStore: fs, gate: make(chan struct{}), opened: make(chan struct{}, 1)}
 	h2 := newTestHandler(t, gs2, nil)
-	h2.life = new(lifetime)
 	if err := h2.Cleanup(); err != nil || !gs2.closed.Load() {
 		t.Fatalf("idle Cleanup: err %v, closed %v", err, gs2.closed.Load())
 	}
@@ -111,7 +109,6 @@ func TestCleanupUnderLoad(t *testing.T) {
 	gs := &gatedStore{fakeStore: fs, gate: make(chan struct{}), opened: make(chan struct{}, 1)}
 	close(gs.gate)
 	h := newTestHandler(t, gs, nil)
-	h.life = new(lifetime)
 	url := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 	var wg sync.WaitGroup
 	var bad atomic.Int64

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncular/caddy-syncular/compress"
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // Prometheus collectors of the module. They are built once per process
@@ -34,8 +33,7 @@ type collectors struct {
 	codedBytes    *prometheus.CounterVec   // {server, coding}
 	grace         *prometheus.CounterVec   // {server, result}
 
-	caches *cacheCollector
-	disks  *diskCollector   // disktier.go
+	scrape *scrapeCollector // scrapemetrics.go
 	storm  *stormCollectors // stormmetrics.go
 }
 
@@ -79,8 +77,7 @@ func moduleCollectors() *collectors {
 				Namespace: ns, Subsystem: sub, Name: "grace_requests_total",
 				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but not served: the edge does not hold the bytes, or has no capacity now: 503), refused (the record refuses the token).",
 			}, []string{"server", "result"}),
-			caches: newCacheCollector(ns + "_" + sub + "_"),
-			disks:  newDiskCollector(ns + "_" + sub + "_"),
+			scrape: newScrapeCollector(ns + "_" + sub + "_"),
 			storm:  newStormCollectors(ns, sub),
 		}
 	})
@@ -90,7 +87,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return append([]prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.caches, c.disks,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.scrape,
 	}, c.storm.all()...)
 }
 
@@ -299,119 +296,6 @@ func (m *handlerMetrics) codedBytes(k compress.Coding, n int64) {
 	m.coded[k].Add(float64(n))
 }
 
-// cacheStatser is a store with a segment cache in front (store.Cached).
-type cacheStatser interface{ Stats() store.CacheStats }
-
-// cacheCollector reports the counters of every live segment cache at
-// scrape time, summed (one process may run several handlers, each with
-// its own cache). A cache joins at Provision and leaves at Cleanup, so a
-// reload restarts the sums: Prometheus treats that as a counter reset.
-type cacheCollector struct {
-	hits, misses, passThrough, bytes, records *prometheus.Desc
-	evictions, coalesced, variants            *prometheus.Desc
-	breakerOpen, breakerTrips, fastFailures   *prometheus.Desc
-	corruptBackoffs                           *prometheus.Desc
-
-	caches refSet[cacheStatser, struct{}]
-}
-
-func newCacheCollector(prefix string) *cacheCollector {
-	return &cacheCollector{
-		hits: prometheus.NewDesc(prefix+"cache_hits_total",
-			"Segment cache answers from memory, by cache (record: Lookup within the record TTL; bytes: segment bytes; grace: a record past the TTL, read within grace, while the store cannot be read; refusal: a refusal decided on a fresh read less than 1s ago, at most record_ttl, answered again without a read).", []string{"cache"}, nil),
-		misses: prometheus.NewDesc(prefix+"cache_misses_total",
-			"Segment cache reads that went to the store (concurrent misses of one segment share one read).", []string{"cache"}, nil),
-		passThrough: prometheus.NewDesc(prefix+"cache_pass_through_total",
-			"Segment bodies streamed from the store uncached (too large, length unknown, or no room).", nil, nil),
-		bytes: prometheus.NewDesc(prefix+"cache_bytes",
-			"Bytes the segment caches hold now (entries and fills in progress).", nil, nil),
-		records: prometheus.NewDesc(prefix+"cache_records",
-			"Records the segment caches hold now.", nil, nil),
-		evictions: prometheus.NewDesc(prefix+"cache_evictions_total",
-			"Entries dropped to stay within max_records (record) or max_bytes (bytes).", []string{"cache"}, nil),
-		coalesced: prometheus.NewDesc(prefix+"cache_coalesced_waits_total",
-			"Requests that waited for a store read another request had started, instead of reading themselves.", nil, nil),
-		variants: prometheus.NewDesc(prefix+"variants_total",
-			"Compressed variants of segments, by result: made (built, verified, kept), rejected (did not decode to the segment: never kept or served), incompressible (would not shrink the segment by 10%: served identity).", []string{"result"}, nil),
-		breakerOpen: prometheus.NewDesc(prefix+"store_breaker_open",
-			"Segment stores whose breaker is open now (0 or 1 per handler's store): the last calls found the store unreadable, requests stop waiting on it, and a background probe waits for it to answer.", nil, nil),
-		breakerTrips: prometheus.NewDesc(prefix+"store_breaker_trips_total",
-			"Times a segment store's breaker opened.", nil, nil),
-		fastFailures: prometheus.NewDesc(prefix+"store_fast_failures_total",
-			"Store calls answered at once, without calling the store, because its breaker was open.", nil, nil),
-		corruptBackoffs: prometheus.NewDesc(prefix+"store_corrupt_backoffs_total",
-			"Segment reads answered 503 without reading the store because its bytes failed verification less than a backoff ago.", nil, nil),
-	}
-}
-
-// add starts reporting s; remove stops. Both count references, so one
-// store shared by two handlers is reported once.
-func (c *cacheCollector) add(s cacheStatser)    { c.caches.add(s, struct{}{}) }
-func (c *cacheCollector) remove(s cacheStatser) { c.caches.remove(s) }
-
-func (c *cacheCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.hits
-	ch <- c.misses
-	ch <- c.passThrough
-	ch <- c.bytes
-	ch <- c.records
-	ch <- c.evictions
-	ch <- c.coalesced
-	ch <- c.variants
-	ch <- c.breakerOpen
-	ch <- c.breakerTrips
-	ch <- c.fastFailures
-	ch <- c.corruptBackoffs
-}
-
-func (c *cacheCollector) Collect(ch chan<- prometheus.Metric) {
-	var sum store.CacheStats
-	open := 0
-	c.caches.each(func(s cacheStatser, _ struct{}) {
-		st := s.Stats()
-		sum.RecordHits += st.RecordHits
-		sum.RecordMisses += st.RecordMisses
-		sum.ByteHits += st.ByteHits
-		sum.ByteMisses += st.ByteMisses
-		sum.PassThrough += st.PassThrough
-		sum.Bytes += st.Bytes
-		sum.Records += st.Records
-		sum.RecordEvictions += st.RecordEvictions
-		sum.ByteEvictions += st.ByteEvictions
-		sum.Coalesced += st.Coalesced
-		sum.Variants.Made += st.Variants.Made
-		sum.Variants.Rejected += st.Variants.Rejected
-		sum.Variants.Incompressible += st.Variants.Incompressible
-		sum.GraceHits += st.GraceHits
-		sum.RefusalHits += st.RefusalHits
-		if st.BreakerOpen {
-			open++
-		}
-		sum.BreakerTrips += st.BreakerTrips
-		sum.FastFailures += st.FastFailures
-		sum.CorruptBackoffs += st.CorruptBackoffs
-	})
-	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RecordHits), "record")
-	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.ByteHits), "bytes")
-	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.GraceHits), "grace")
-	ch <- prometheus.MustNewConstMetric(c.hits, prometheus.CounterValue, float64(sum.RefusalHits), "refusal")
-	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sum.RecordMisses), "record")
-	ch <- prometheus.MustNewConstMetric(c.misses, prometheus.CounterValue, float64(sum.ByteMisses), "bytes")
-	ch <- prometheus.MustNewConstMetric(c.passThrough, prometheus.CounterValue, float64(sum.PassThrough))
-	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.GaugeValue, float64(sum.Bytes))
-	ch <- prometheus.MustNewConstMetric(c.records, prometheus.GaugeValue, float64(sum.Records))
-	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(sum.RecordEvictions), "record")
-	ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(sum.ByteEvictions), "bytes")
-	ch <- prometheus.MustNewConstMetric(c.coalesced, prometheus.CounterValue, float64(sum.Coalesced))
-	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Made), "made")
-	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Rejected), "rejected")
-	ch <- prometheus.MustNewConstMetric(c.variants, prometheus.CounterValue, float64(sum.Variants.Incompressible), "incompressible")
-	ch <- prometheus.MustNewConstMetric(c.breakerOpen, prometheus.GaugeValue, float64(open))
-	ch <- prometheus.MustNewConstMetric(c.breakerTrips, prometheus.CounterValue, float64(sum.BreakerTrips))
-	ch <- prometheus.MustNewConstMetric(c.fastFailures, prometheus.CounterValue, float64(sum.FastFailures))
-	ch <- prometheus.MustNewConstMetric(c.corruptBackoffs, prometheus.CounterValue, float64(sum.CorruptBackoffs))
-}
-
 // slotLabel is the metric label and placeholder value of a key slot:
 // "1" for the first configured key, "none" when no key matched.
 func slotLabel(slot int) string {
@@ -455,7 +339,7 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 	c := moduleCollectors()
 	if reg := ctx.GetMetricsRegistry(); reg != nil {
 		if err := c.register(reg); err != nil {
-			return fmt.Errorf("syncular_segments: registering metrics: %v", err)
+			return fmt.Errorf("registering metrics: %w", err)
 		}
 	}
 	h.metrics = newHandlerMetrics(c, serverName(ctx), h.Store.Backend, h.Delivery, len(h.Keys))
@@ -465,15 +349,14 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 	if h.Delivery == DeliveryRedirect {
 		h.metrics.withProxied(h.Store.Backend, len(h.Keys))
 	}
-	if cs, ok := h.store.(cacheStatser); ok {
-		c.caches.add(cs)
-		h.statsCache = cs
+	if s, ok := h.store.(scrapedStore); ok {
+		c.scrape.addCache(s, h.Store.Backend)
+		h.scraped = s
 	}
 	if h.disk != nil {
-		c.disks.add(h.disk)
-		h.statsDisk = h.disk
+		c.scrape.addDisk(h.disk)
+		h.scrapedDisk = h.disk
 	}
-	h.provisionFlows(c) // stormmetrics.go
 	return nil
 }
 
@@ -495,15 +378,14 @@ func serverName(ctx caddy.Context) string {
 	return unknownServer
 }
 
-// cleanupMetrics stops reporting the handler's cache.
+// cleanupMetrics stops reporting the handler's cache and disk tier.
 func (h *Handler) cleanupMetrics() {
-	h.cleanupFlows() // stormmetrics.go
-	if h.statsCache != nil {
-		moduleCollectors().caches.remove(h.statsCache)
-		h.statsCache = nil
+	if h.scraped != nil {
+		moduleCollectors().scrape.removeCache(h.scraped)
+		h.scraped = nil
 	}
-	if h.statsDisk != nil {
-		moduleCollectors().disks.remove(h.statsDisk)
-		h.statsDisk = nil
+	if h.scrapedDisk != nil {
+		moduleCollectors().scrape.removeDisk(h.scrapedDisk)
+		h.scrapedDisk = nil
 	}
 }

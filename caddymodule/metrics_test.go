@@ -12,9 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
-	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
@@ -54,9 +51,8 @@ func TestMetricsCountDecisions(t *testing.T) {
 	id := fs.add(body, store.Publication{Partition: "p1", ScopeDigest: digestA, ExpiresAtMs: testNow.UnixMilli() + 3600_000})
 	old := []byte("edge-old-key/0123456789abcdef")
 	h := newTestHandler(t, fs, func(h *Handler) { h.Keys = []string{string(testKey), string(old)} })
-	h.metrics = newHandlerMetrics(moduleCollectors(), unknownServer, "sqlite", h.Delivery, len(h.Keys))
-	core, logs := observer.New(zapcore.DebugLevel)
-	h.logger = zap.New(core)
+	useMetrics(h, unknownServer)
+	logs := observeLogs(h)
 
 	exp := testNow.Unix() + 600
 	good := token.Sign(testKey, id, digestA, "aud:p1", exp)
@@ -334,7 +330,7 @@ func TestMetricsServerLabelCountsApart(t *testing.T) {
 	sites := map[string]*Handler{}
 	for _, name := range []string{"count-site-a", "count-site-b"} {
 		h := newTestHandler(t, fs, nil)
-		h.metrics = newHandlerMetrics(moduleCollectors(), name, "sqlite", h.Delivery, len(h.Keys))
+		useMetrics(h, name)
 		sites[name] = h
 	}
 	aBefore, bBefore := requestsOn("count-site-a", "granted", "serve"), requestsOn("count-site-b", "granted", "serve")

@@ -171,8 +171,16 @@ type Handler struct {
 	// key does; set this to keep them across a key rotation.
 	TenantKey string `json:"tenant_key,omitempty"`
 
-	skew      time.Duration // Skew resolved (default applied)
-	grace     time.Duration // Grace resolved (default applied)
+	// Resolved by setDefaults (defaults.go), defaults applied: what the
+	// rest of provisioning reads.
+	skew         time.Duration      // Skew
+	grace        time.Duration      // Grace
+	verifyStore  bool               // VerifyStoreOnStart
+	pathStyle    bool               // Store.S3.PathStyle
+	diskDir      string             // Cache.Disk; "" when the disk tier is off
+	diskMaxBytes int64              // Cache.DiskMaxBytes
+	cacheOpts    store.CacheOptions // Cache, StoreTimeout, Grace, the store read gate
+
 	verifier  *token.Verifier
 	presigner *presign.S3Presigner
 	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
@@ -192,9 +200,9 @@ type Handler struct {
 	// configuration sets it.
 	weakKeysOK bool
 
-	metrics    *handlerMetrics // nil: metrics disabled
-	statsCache cacheStatser    // the store's cache, reported in metrics
-	statsDisk  *store.DiskTier // the disk tier, reported in metrics
+	metrics     *handlerMetrics // nil: metrics disabled
+	scraped     scrapedStore    // the store's cache, reported at scrape time
+	scrapedDisk *store.DiskTier // the disk tier, reported at scrape time
 
 	codings  []compress.Coding  // Compress resolved; empty: off
 	variants store.VariantStore // the store's variants; nil: none
@@ -266,16 +274,16 @@ func (h *Handler) checkConfig() error {
 	switch h.Untokened {
 	case untokenedNext, untokenedReject:
 	default:
-		return fmt.Errorf("syncular_segments: untokened must be next or reject, not %q", h.Untokened)
+		return fmt.Errorf("untokened must be next or reject, not %q", h.Untokened)
 	}
 	switch h.Delivery {
 	case DeliveryServe:
 	case DeliveryRedirect, DeliveryProxy:
 		if h.Store == nil || h.Store.Backend != backendS3 {
-			return fmt.Errorf("syncular_segments: delivery %s needs an s3 store", h.Delivery)
+			return fmt.Errorf("delivery %s needs an s3 store", h.Delivery)
 		}
 	default:
-		return fmt.Errorf("syncular_segments: unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
+		return fmt.Errorf("unknown delivery %q (want serve, redirect or proxy)", h.Delivery)
 	}
 	if err := h.checkLegacyHeaders(); err != nil {
 		return err
@@ -286,16 +294,16 @@ func (h *Handler) checkConfig() error {
 	if h.Delivery == DeliveryRedirect {
 		ttl := time.Duration(h.PresignTTL)
 		if ttl < time.Second {
-			return errors.New("syncular_segments: presign_ttl must be at least 1s")
+			return errors.New("presign_ttl must be at least 1s")
 		}
 		if ttl > presign.MaxS3PresignTTL || ttl%time.Second != 0 {
-			return errors.New("syncular_segments: presign_ttl must be whole seconds, at most 7 days")
+			return errors.New("presign_ttl must be whole seconds, at most 7 days")
 		}
 	}
 	if _, err := compressPrefs(h.Compress); err != nil {
 		return err
 	}
-	if err := h.Cache.checkDiskDir(); err != nil { // disktier.go
+	if err := h.checkDiskDir(); err != nil { // disktier.go
 		return err
 	}
 	return h.Cache.check()
@@ -309,10 +317,10 @@ func (h *Handler) checkLegacyHeaders() error {
 		return nil
 	case legacyHeadersStream, legacyHeadersRedirect:
 	default:
-		return fmt.Errorf("syncular_segments: legacy_headers must be stream or redirect, not %q", h.LegacyHeaders)
+		return fmt.Errorf("legacy_headers must be stream or redirect, not %q", h.LegacyHeaders)
 	}
 	if h.Delivery != DeliveryRedirect {
-		return fmt.Errorf("syncular_segments: legacy_headers applies to delivery redirect only (delivery is %s)", h.Delivery)
+		return fmt.Errorf("legacy_headers applies to delivery redirect only (delivery is %s)", h.Delivery)
 	}
 	return nil
 }

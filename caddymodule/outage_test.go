@@ -16,7 +16,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -55,14 +54,12 @@ func outageHandler(t *testing.T, fs *fakeStore, grace time.Duration) (*Handler, 
 	t.Helper()
 	clk := &testClock{now: testNow}
 	g := caddy.Duration(grace)
-	h := newTestHandler(t, nil, func(h *Handler) {
-		h.now = clk.Now
+	h := newTestHandler(t, nil, withClock(clk.Now), func(h *Handler) {
 		h.Grace = &g
 		h.StoreTimeout = caddy.Duration(time.Second)
 	})
-	core, logs := observer.New(zapcore.DebugLevel)
-	h.logger = zap.New(core)
-	h.metrics = newHandlerMetrics(moduleCollectors(), unknownServer, "sqlite", h.Delivery, len(h.Keys))
+	logs := observeLogs(h)
+	useMetrics(h, unknownServer)
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	opts.Grace = h.grace
 	opts.OnBreaker = h.breakerLog()

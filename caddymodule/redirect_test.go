@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -44,15 +43,11 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 	}
 	defer s3s.Close()
 	var now time.Time
-	h := newTestHandler(t, s3s, func(h *Handler) {
+	h := newTestHandler(t, s3s, withClock(func() time.Time { return now }), func(h *Handler) {
 		h.Store = &StoreConfig{Backend: "s3", S3: &S3Config{Bucket: bucket}}
 		h.Delivery = DeliveryRedirect
-		h.now = func() time.Time { return now }
 	})
-	h.presigner, err = presign.NewS3Presigner(s3s.Client(), s3s.Bucket(), s3s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	usePresigner(t, h, s3s)
 	target := "/sync/segments/" + url.PathEscape(id) + "?st=" + mintToken(id, digestA, "aud:p1", end.Add(time.Hour))
 
 	etag := `"` + id + `"`

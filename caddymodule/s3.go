@@ -61,11 +61,8 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		Region:    repl.ReplaceKnown(c.Region, ""),
 		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),
 		Prefix:    repl.ReplaceKnown(c.Prefix, ""),
-		PathStyle: defaultPathStyle,
+		PathStyle: h.pathStyle,
 		Timeout:   time.Duration(h.StoreTimeout),
-	}
-	if c.PathStyle != nil {
-		cfg.PathStyle = *c.PathStyle
 	}
 	// Credentials: expanded once; errors name the setting, never the value.
 	for _, f := range []struct {
@@ -81,13 +78,13 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		}
 		v := repl.ReplaceKnown(f.raw, "")
 		if v == "" {
-			return fmt.Errorf("syncular_segments: store s3 %s is empty (check the placeholder or environment variable it names)", f.what)
+			return fmt.Errorf("store s3 %s is empty (check the placeholder or environment variable it names)", f.what)
 		}
 		*f.dst = v
 	}
 	s, err := store.NewS3(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("syncular_segments: %v", err)
+		return err
 	}
 	h.store = s
 	if err := h.checkS3(ctx, s); err != nil {
@@ -96,14 +93,10 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	if h.Delivery == DeliveryRedirect {
 		p, err := presign.NewS3Presigner(s.Client(), s.Bucket(), s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
-			return fmt.Errorf("syncular_segments: presign: %v", err)
+			return fmt.Errorf("presign: %w", err)
 		}
 		h.presigner = p
-		legacy := h.LegacyHeaders
-		if legacy == "" {
-			legacy = defaultLegacyHeaders
-		}
-		h.streamLegacy = legacy == legacyHeadersStream
+		h.streamLegacy = h.LegacyHeaders == legacyHeadersStream
 		if h.CDN != nil {
 			return h.provisionCDN(repl, s) // cdn.go
 		}
@@ -127,15 +120,11 @@ func (h *Handler) checkS3(ctx caddy.Context, s *store.S3) error {
 	if h.Store.S3.Endpoint != "" {
 		where += " at " + h.Store.S3.Endpoint
 	}
-	verify := defaultVerifyStore
-	if h.VerifyStoreOnStart != nil {
-		verify = *h.VerifyStoreOnStart
-	}
-	if !verify {
+	if !h.verifyStore {
 		h.logger.Warn("s3 store unreachable at start; serving anyway (verify_store_on_start false)",
 			zap.String("bucket", s.Bucket()), zap.Error(err))
 		return nil
 	}
-	return fmt.Errorf("syncular_segments: store s3: %s unreachable at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %v",
+	return fmt.Errorf("store s3: %s unreachable at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %w",
 		where, time.Duration(h.StoreTimeout), err)
 }

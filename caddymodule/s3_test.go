@@ -45,7 +45,7 @@ func TestRedirectLegacyHeaders(t *testing.T) {
 	t.Setenv("SYNCULAR_TEST_S3_AK", srv.AccessKey)
 	t.Setenv("SYNCULAR_TEST_S3_SK", srv.SecretKey)
 	newHandler := func(t *testing.T, legacy string) *Handler {
-		h := &Handler{
+		h := testHooks(&Handler{
 			Keys:     []string{string(testKey)},
 			Audience: &AudienceConfig{Kind: "template", Template: "aud:{partition}"},
 			Store: &StoreConfig{Backend: "s3", S3: &S3Config{
@@ -53,8 +53,7 @@ func TestRedirectLegacyHeaders(t *testing.T) {
 				AccessKeyID: "{env.SYNCULAR_TEST_S3_AK}", SecretAccessKey: "{env.SYNCULAR_TEST_S3_SK}",
 			}},
 			LegacyHeaders: legacy,
-			now:           func() time.Time { return testNow },
-		}
+		}, withClock(func() time.Time { return testNow }))
 		ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 		t.Cleanup(func() { h.Cleanup(); cancel() })
 		if err := h.Provision(ctx); err != nil {

@@ -50,7 +50,7 @@ func journalModeLogger(logger *atomic.Pointer[zap.Logger]) func(path, mode strin
 func (h *Handler) provisionSQLite() error {
 	abs, err := filepath.Abs(h.Store.Path)
 	if err != nil {
-		return fmt.Errorf("syncular_segments: store sqlite path: %v", err)
+		return fmt.Errorf("store sqlite path: %w", err)
 	}
 	key := "sqlite:" + abs
 	val, _, err := sqlitePool.LoadOrNew(key, func() (caddy.Destructor, error) {
@@ -63,7 +63,7 @@ func (h *Handler) provisionSQLite() error {
 		return pooledSQLite{SQLite: s, logger: lp}, nil
 	})
 	if err != nil {
-		return fmt.Errorf("syncular_segments: opening sqlite store %s: %v", abs, err)
+		return fmt.Errorf("opening sqlite store %s: %w", abs, err)
 	}
 	p := val.(pooledSQLite)
 	p.logger.Store(h.logger)

@@ -36,21 +36,21 @@ type StoreConfig struct {
 // check checks the store's configuration without opening it.
 func (c *StoreConfig) check() error {
 	if c == nil {
-		return errors.New("syncular_segments: a store is required (store sqlite <path> or store s3 {...})")
+		return errors.New("a store is required (store sqlite <path> or store s3 {...})")
 	}
 	switch c.Backend {
 	case backendSQLite:
 		if c.Path == "" {
-			return errors.New("syncular_segments: store sqlite needs a database path")
+			return errors.New("store sqlite needs a database path")
 		}
 	case backendS3:
 		if c.S3 == nil || c.S3.Bucket == "" {
-			return errors.New("syncular_segments: store s3 needs a bucket")
+			return errors.New("store s3 needs a bucket")
 		}
 	case "":
-		return errors.New("syncular_segments: store backend is required (sqlite or s3)")
+		return errors.New("store backend is required (sqlite or s3)")
 	default:
-		return fmt.Errorf("syncular_segments: unknown store backend %q (want sqlite or s3)", c.Backend)
+		return fmt.Errorf("unknown store backend %q (want sqlite or s3)", c.Backend)
 	}
 	return nil
 }
@@ -69,9 +69,7 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 	if err != nil {
 		return err
 	}
-	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
-	opts.Grace = h.grace
-	opts.Fair = h.fairOptions() // fair.go of the store package
+	opts := h.cacheOpts
 	opts.OnBreaker = h.breakerLog()
 	if opts.Disk, err = h.provisionDisk(); err != nil { // disktier.go
 		return err

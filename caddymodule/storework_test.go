@@ -51,8 +51,7 @@ func TestStoreGateAnswersOverloaded(t *testing.T) {
 	b := fs.add([]byte("segment b of p2"), pub("p2", digestA, exp))
 	spread := -1
 	one, zero := 1, 0
-	h := newTestHandler(t, nil, func(h *Handler) {
-		h.jitter = func(n int) int { spread = n; return 2 }
+	h := newTestHandler(t, nil, withJitter(func(n int) int { spread = n; return 2 }), func(h *Handler) {
 		h.StoreConcurrency, h.StoreQueue = &one, &zero
 	})
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
@@ -93,7 +92,7 @@ func TestStoreGateAnswersOverloaded(t *testing.T) {
 	}
 
 	// The metrics: no tenant label, the refusal counted under the backend.
-	fc := newFlowCollector("t_")
+	fc := newScrapeCollector("t_")
 	fc.addCache(c, backendSQLite)
 	ch := make(chan prometheus.Metric, 64)
 	fc.Collect(ch)

@@ -24,10 +24,8 @@ func TestSQLiteStreamCap(t *testing.T) {
 	body := bytes.Repeat([]byte("cap "), 1000)
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	spread := -1
-	h := newTestHandler(t, fs, func(h *Handler) {
-		h.jitter = func(n int) int { spread = n; return n - 1 }
-	})
-	h.slotWait = 50 * time.Millisecond
+	h := newTestHandler(t, fs, withJitter(func(n int) int { spread = n; return n - 1 }))
+	setSlotWait(h, 50*time.Millisecond)
 	target := "/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(time.Minute))
 	for range maxSQLiteStreams {
 		if !h.sqliteStreams.tryAcquire() {
@@ -48,7 +46,7 @@ func TestSQLiteStreamCap(t *testing.T) {
 	}
 	// A slot given back while an answer waits: it is served.
 	time.AfterFunc(20*time.Millisecond, h.sqliteStreams.release)
-	h.slotWait = 10 * time.Second
+	setSlotWait(h, 10*time.Second)
 	rec, _ = serve(t, h, "GET", target, nil)
 	if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), body) {
 		t.Fatalf("with a slot given back while waiting: %d", rec.Code)

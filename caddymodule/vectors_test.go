@@ -48,13 +48,10 @@ func TestVectorGen3(t *testing.T) {
 	if v.Audience.Kind != "hmac-sha256-hex" {
 		t.Fatalf("unexpected audience kind %q", v.Audience.Kind)
 	}
-	h := newTestHandler(t, st, func(h *Handler) {
-		// The vectors' keys are shorter than provision accepts; the
-		// verifier itself takes any non-empty key.
-		h.weakKeysOK = true
+	// The vectors' keys are shorter than provision accepts.
+	h := newTestHandler(t, st, withWeakKeys(), withClock(func() time.Time { return time.UnixMilli(v.NowMs) }), func(h *Handler) {
 		h.Keys = []string{v.Keys.Current, v.Keys.Previous}
 		h.Audience = &AudienceConfig{Kind: "hmac_sha256", Key: v.Audience.Key}
-		h.now = func() time.Time { return time.UnixMilli(v.NowMs) }
 	})
 	ran := 0
 	for _, c := range v.Cases {

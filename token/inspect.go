@@ -321,11 +321,11 @@ func TokenFromURL(s string) (token, segmentID string, err error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return "", "", fmt.Errorf("not a token or URL: %v", err)
+		return "", "", fmt.Errorf("not a token or URL: %w", err)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return "", "", fmt.Errorf("URL query: %v", err)
+		return "", "", fmt.Errorf("URL query: %w", err)
 	}
 	switch sts := q["st"]; len(sts) {
 	case 0:

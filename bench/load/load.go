@@ -227,7 +227,7 @@ func heyLoad(u string, extra ...string) func(d time.Duration) (loadResult, error
 		name, args := pinned(loadCPUs(), *flagHey, heyArgs(d, u, extra...))
 		out, err := exec.Command(name, args...).CombinedOutput()
 		if err != nil {
-			return loadResult{}, fmt.Errorf("hey: %v: %s", err, out)
+			return loadResult{}, fmt.Errorf("hey: %w: %s", err, out)
 		}
 		m := rpsRe.FindSubmatch(out)
 		if m == nil {
@@ -270,11 +270,11 @@ func vegetaLoad(path string) func(d time.Duration) (loadResult, error) {
 		name, args := pinned(loadCPUs(), *flagVegeta, append(vegetaAttackArgs(path, d), "-output", results))
 		attack := exec.Command(name, args...)
 		if out, err := attack.CombinedOutput(); err != nil {
-			return loadResult{}, fmt.Errorf("vegeta attack: %v: %s", err, out)
+			return loadResult{}, fmt.Errorf("vegeta attack: %w: %s", err, out)
 		}
 		out, err := exec.Command(*flagVegeta, "report", "-type", "json", results).Output()
 		if err != nil {
-			return loadResult{}, fmt.Errorf("vegeta report: %v", err)
+			return loadResult{}, fmt.Errorf("vegeta report: %w", err)
 		}
 		os.Remove(results)
 		var rep struct {
@@ -284,7 +284,7 @@ func vegetaLoad(path string) func(d time.Duration) (loadResult, error) {
 			StatusCodes map[string]int `json:"status_codes"`
 		}
 		if err := json.Unmarshal(out, &rep); err != nil {
-			return loadResult{}, fmt.Errorf("vegeta report: %v: %s", err, out)
+			return loadResult{}, fmt.Errorf("vegeta report: %w: %s", err, out)
 		}
 		r := loadResult{codes: map[int]int{}, requests: rep.Requests}
 		for k, n := range rep.StatusCodes {

@@ -164,7 +164,7 @@ func run() error {
 	}
 	for _, p := range []string{*flagCaddy, *flagPlain, *flagGW, *flagHey, *flagVegeta} {
 		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("%s missing (run `make bench`, which builds and installs it): %v", p, err)
+			return fmt.Errorf("%s missing (run `make bench`, which builds and installs it): %w", p, err)
 		}
 	}
 	if needsNginx(todo) {

@@ -282,7 +282,7 @@ func run(o options) error {
 		fmt.Println("\nstopping")
 	case err := <-caddy.exited:
 		caddy.exited <- err
-		return fmt.Errorf("caddy exited: %v (see %s)", err, logPath)
+		return fmt.Errorf("caddy exited: %w (see %s)", err, logPath)
 	}
 	return nil
 }
@@ -365,7 +365,7 @@ func expectMetrics(url string, s3 bool) error {
 func expectInspect(good, bad string) error {
 	out, err := exec.Command("bash", "-c", good).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("inspect of the good URL failed: %v\n%s", err, out)
+		return fmt.Errorf("inspect of the good URL failed: %w\n%s", err, out)
 	}
 	if !bytes.Contains(out, []byte("accept")) {
 		return fmt.Errorf("inspect of the good URL did not accept:\n%s", out)
@@ -532,7 +532,7 @@ func waitListening(ctx context.Context, port int, limit time.Duration, exited ch
 		select {
 		case err := <-exited:
 			exited <- err
-			return fmt.Errorf("exited: %v", err)
+			return fmt.Errorf("exited: %w", err)
 		default:
 		}
 		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 200*time.Millisecond)

@@ -48,7 +48,7 @@ func run(manPath, xcaddy, out string, plain bool) error {
 	}
 	var m manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return fmt.Errorf("%s: %v", manPath, err)
+		return fmt.Errorf("%s: %w", manPath, err)
 	}
 	if m.Caddy == "" {
 		return fmt.Errorf("%s: caddy version missing", manPath)

@@ -1,0 +1,239 @@
+package caddymodule
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/syncular/caddy-syncular/store"
+)
+
+// scrapedStore is a store whose counters and flows are read at scrape
+// time (store.Cached).
+type scrapedStore interface {
+	Stats() store.CacheStats
+	Flow() store.FlowStats
+}
+
+// scrapeCollector is the one collector of the series read at scrape
+// time, summed over every live segment cache and disk tier (one process
+// may run several handlers, each with its own cache; a tier shared by
+// several handlers is counted once): the caches' counters, the disk
+// tiers' counters, the fills in flight and the requests following them,
+// the segment bytes each cache read from its store and its store read
+// gate, by backend. A cache joins at Provision and leaves at Cleanup, so
+// a reload restarts the sums: Prometheus treats that as a counter reset.
+type scrapeCollector struct {
+	// The segment caches.
+	hits, misses, passThrough, bytes, records *prometheus.Desc
+	evictions, coalesced, variants            *prometheus.Desc
+	breakerOpen, breakerTrips, fastFailures   *prometheus.Desc
+	corruptBackoffs                           *prometheus.Desc
+
+	// The disk tiers.
+	diskBytes, diskFiles, diskReserved        *prometheus.Desc
+	diskHits, diskFills, diskFollowers        *prometheus.Desc
+	diskFillErrors, diskEvictions             *prometheus.Desc
+	diskDiscarded, diskBypasses, diskHandoffs *prometheus.Desc
+
+	// The flows: fills in flight and their followers, store egress, and
+	// the store read gate (store_concurrency): slots in use, reads
+	// waiting, reads refused.
+	fills, followers, readBytes         *prometheus.Desc
+	gateInUse, gateWaiting, gateRefused *prometheus.Desc
+
+	caches refSet[scrapedStore, string] // the value: the store's backend
+	disks  refSet[*store.DiskTier, struct{}]
+}
+
+func newScrapeCollector(prefix string) *scrapeCollector {
+	p := prefix + "disk_"
+	return &scrapeCollector{
+		hits: prometheus.NewDesc(prefix+"cache_hits_total",
+			"Segment cache answers from memory, by cache (record: Lookup within the record TTL; bytes: segment bytes; grace: a record past the TTL, read within grace, while the store cannot be read; refusal: a refusal decided on a fresh read less than 1s ago, at most record_ttl, answered again without a read).", []string{"cache"}, nil),
+		misses: prometheus.NewDesc(prefix+"cache_misses_total",
+			"Segment cache reads that went to the store (concurrent misses of one segment share one read).", []string{"cache"}, nil),
+		passThrough: prometheus.NewDesc(prefix+"cache_pass_through_total",
+			"Segment bodies streamed from the store uncached (too large, length unknown, or no room).", nil, nil),
+		bytes: prometheus.NewDesc(prefix+"cache_bytes",
+			"Bytes the segment caches hold now (entries and fills in progress).", nil, nil),
+		records: prometheus.NewDesc(prefix+"cache_records",
+			"Records the segment caches hold now.", nil, nil),
+		evictions: prometheus.NewDesc(prefix+"cache_evictions_total",
+			"Entries dropped to stay within max_records (record) or max_bytes (bytes).", []string{"cache"}, nil),
+		coalesced: prometheus.NewDesc(prefix+"cache_coalesced_waits_total",
+			"Requests that waited for a store read another request had started, instead of reading themselves.", nil, nil),
+		variants: prometheus.NewDesc(prefix+"variants_total",
+			"Compressed variants of segments, by result: made (built, verified, kept), rejected (did not decode to the segment: never kept or served), incompressible (would not shrink the segment by 10%: served identity).", []string{"result"}, nil),
+		breakerOpen: prometheus.NewDesc(prefix+"store_breaker_open",
+			"Segment stores whose breaker is open now (0 or 1 per handler's store): the last calls found the store unreadable, requests stop waiting on it, and a background probe waits for it to answer.", nil, nil),
+		breakerTrips: prometheus.NewDesc(prefix+"store_breaker_trips_total",
+			"Times a segment store's breaker opened.", nil, nil),
+		fastFailures: prometheus.NewDesc(prefix+"store_fast_failures_total",
+			"Store calls answered at once, without calling the store, because its breaker was open.", nil, nil),
+		corruptBackoffs: prometheus.NewDesc(prefix+"store_corrupt_backoffs_total",
+			"Segment reads answered 503 without reading the store because its bytes failed verification less than a backoff ago.", nil, nil),
+
+		diskBytes:      prometheus.NewDesc(p+"bytes", "Bytes of the complete segment files the disk tier indexes.", nil, nil),
+		diskFiles:      prometheus.NewDesc(p+"files", "Complete segment files the disk tier indexes.", nil, nil),
+		diskReserved:   prometheus.NewDesc(p+"reserved_bytes", "Bytes the disk tier reserves for fills in progress.", nil, nil),
+		diskHits:       prometheus.NewDesc(p+"hits_total", "Segment reads served from a complete, verified file of the disk tier.", nil, nil),
+		diskFills:      prometheus.NewDesc(p+"fills_total", "Segments copied from the store into the disk tier and verified (one store read each).", nil, nil),
+		diskFollowers:  prometheus.NewDesc(p+"followers_total", "Segment reads that joined a disk tier fill already running instead of reading the store.", nil, nil),
+		diskFillErrors: prometheus.NewDesc(p+"fill_errors_total", "Disk tier fills that failed (store error, bytes not matching the id, disk fault). After a disk fault their readers continue from the store (handoffs_total); otherwise they were aborted.", nil, nil),
+		diskHandoffs:   prometheus.NewDesc(p+"handoffs_total", "Readers of a disk tier fill that failed on the disk (full, write error) that continued from the store, verified, instead of failing.", nil, nil),
+		diskEvictions:  prometheus.NewDesc(p+"evictions_total", "Files removed from the disk tier to stay within disk_max_bytes.", nil, nil),
+		diskDiscarded:  prometheus.NewDesc(p+"discarded_total", "Files removed from the disk tier because their size or hash was wrong, or they changed (size, inode, mtime) since they were verified.", nil, nil),
+		diskBypasses: prometheus.NewDesc(p+"bypasses_total",
+			"Segment reads the disk tier declined (streamed from the store instead), by reason: too_large (over disk_max_bytes), no_room (budget held by fills), unavailable (directory unusable, disk full).", []string{"reason"}, nil),
+
+		fills: prometheus.NewDesc(prefix+"fills_in_flight",
+			"Store reads filling a tier now, by tier (memory: the bytes cache; disk: the disk tier).", []string{"tier"}, nil),
+		followers: prometheus.NewDesc(prefix+"fill_followers",
+			"Requests attached now to a fill another request started, by tier (memory: waiting for the fill; disk: reading the fill as it lands).", []string{"tier"}, nil),
+		readBytes: prometheus.NewDesc(prefix+"store_read_bytes_total",
+			"Segment bytes read from the store (memory and disk fills, streamed bodies; records not counted), by backend: the store's egress.", []string{"backend"}, nil),
+		gateInUse: prometheus.NewDesc(prefix+"store_reads_in_use",
+			"Distinct store reads (record lookups, memory and disk fills) holding a slot of store_concurrency now, by backend.", []string{"backend"}, nil),
+		gateWaiting: prometheus.NewDesc(prefix+"store_reads_waiting",
+			"Store reads waiting for a slot of store_concurrency now (in store_queue), by backend.", []string{"backend"}, nil),
+		gateRefused: prometheus.NewDesc(prefix+"store_reads_refused_total",
+			"Store reads refused for want of a slot (store_queue full, or store_queue_wait passed): their requests were answered 503 edge.overloaded, by backend.", []string{"backend"}, nil),
+	}
+}
+
+// addCache starts reporting s (whose store is backend); removeCache
+// stops. Both count references, so one store shared by two handlers is
+// reported once; addDisk and removeDisk do the same for a disk tier.
+func (c *scrapeCollector) addCache(s scrapedStore, backend string) { c.caches.add(s, backend) }
+func (c *scrapeCollector) removeCache(s scrapedStore)              { c.caches.remove(s) }
+func (c *scrapeCollector) addDisk(d *store.DiskTier)               { c.disks.add(d, struct{}{}) }
+func (c *scrapeCollector) removeDisk(d *store.DiskTier)            { c.disks.remove(d) }
+
+func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{
+		c.hits, c.misses, c.passThrough, c.bytes, c.records, c.evictions, c.coalesced, c.variants,
+		c.breakerOpen, c.breakerTrips, c.fastFailures, c.corruptBackoffs,
+		c.diskBytes, c.diskFiles, c.diskReserved, c.diskHits, c.diskFills, c.diskFollowers,
+		c.diskFillErrors, c.diskEvictions, c.diskDiscarded, c.diskBypasses, c.diskHandoffs,
+		c.fills, c.followers, c.readBytes, c.gateInUse, c.gateWaiting, c.gateRefused,
+	} {
+		ch <- d
+	}
+}
+
+func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
+	var sum store.CacheStats
+	var ds store.DiskStats
+	open := 0
+	var memFills, memWaiting int64
+	read := map[string]int64{backendSQLite: 0, backendS3: 0}
+	inUse := map[string]int64{backendSQLite: 0, backendS3: 0}
+	waiting := map[string]int64{backendSQLite: 0, backendS3: 0}
+	refused := map[string]int64{backendSQLite: 0, backendS3: 0}
+	c.caches.each(func(s scrapedStore, backend string) {
+		st := s.Stats()
+		sum.RecordHits += st.RecordHits
+		sum.RecordMisses += st.RecordMisses
+		sum.ByteHits += st.ByteHits
+		sum.ByteMisses += st.ByteMisses
+		sum.PassThrough += st.PassThrough
+		sum.Bytes += st.Bytes
+		sum.Records += st.Records
+		sum.RecordEvictions += st.RecordEvictions
+		sum.ByteEvictions += st.ByteEvictions
+		sum.Coalesced += st.Coalesced
+		sum.Variants.Made += st.Variants.Made
+		sum.Variants.Rejected += st.Variants.Rejected
+		sum.Variants.Incompressible += st.Variants.Incompressible
+		sum.GraceHits += st.GraceHits
+		sum.RefusalHits += st.RefusalHits
+		if st.BreakerOpen {
+			open++
+		}
+		sum.BreakerTrips += st.BreakerTrips
+		sum.FastFailures += st.FastFailures
+		sum.CorruptBackoffs += st.CorruptBackoffs
+
+		f := s.Flow()
+		memFills += f.MemoryFills
+		memWaiting += f.MemoryWaiting
+		read[backend] += f.StoreReadBytes
+		inUse[backend] += f.Gate.InUse
+		waiting[backend] += f.Gate.Waiting
+		refused[backend] += f.Gate.Refused
+	})
+	c.disks.each(func(d *store.DiskTier, _ struct{}) {
+		st := d.Stats()
+		ds.Bytes += st.Bytes
+		ds.Files += st.Files
+		ds.Reserved += st.Reserved
+		ds.Hits += st.Hits
+		ds.Fills += st.Fills
+		ds.Followers += st.Followers
+		ds.FillErrors += st.FillErrors
+		ds.Handoffs += st.Handoffs
+		ds.Evictions += st.Evictions
+		ds.Discarded += st.Discarded
+		ds.BypassTooLarge += st.BypassTooLarge
+		ds.BypassNoRoom += st.BypassNoRoom
+		ds.BypassUnavailable += st.BypassUnavailable
+		ds.FillsInFlight += st.FillsInFlight
+		ds.Following += st.Following
+	})
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+
+	counter(c.hits, float64(sum.RecordHits), "record")
+	counter(c.hits, float64(sum.ByteHits), "bytes")
+	counter(c.hits, float64(sum.GraceHits), "grace")
+	counter(c.hits, float64(sum.RefusalHits), "refusal")
+	counter(c.misses, float64(sum.RecordMisses), "record")
+	counter(c.misses, float64(sum.ByteMisses), "bytes")
+	counter(c.passThrough, float64(sum.PassThrough))
+	gauge(c.bytes, float64(sum.Bytes))
+	gauge(c.records, float64(sum.Records))
+	counter(c.evictions, float64(sum.RecordEvictions), "record")
+	counter(c.evictions, float64(sum.ByteEvictions), "bytes")
+	counter(c.coalesced, float64(sum.Coalesced))
+	counter(c.variants, float64(sum.Variants.Made), "made")
+	counter(c.variants, float64(sum.Variants.Rejected), "rejected")
+	counter(c.variants, float64(sum.Variants.Incompressible), "incompressible")
+	gauge(c.breakerOpen, float64(open))
+	counter(c.breakerTrips, float64(sum.BreakerTrips))
+	counter(c.fastFailures, float64(sum.FastFailures))
+	counter(c.corruptBackoffs, float64(sum.CorruptBackoffs))
+
+	gauge(c.diskBytes, float64(ds.Bytes))
+	gauge(c.diskFiles, float64(ds.Files))
+	gauge(c.diskReserved, float64(ds.Reserved))
+	counter(c.diskHits, float64(ds.Hits))
+	counter(c.diskFills, float64(ds.Fills))
+	counter(c.diskFollowers, float64(ds.Followers))
+	counter(c.diskFillErrors, float64(ds.FillErrors))
+	counter(c.diskHandoffs, float64(ds.Handoffs))
+	counter(c.diskEvictions, float64(ds.Evictions))
+	counter(c.diskDiscarded, float64(ds.Discarded))
+	counter(c.diskBypasses, float64(ds.BypassTooLarge), "too_large")
+	counter(c.diskBypasses, float64(ds.BypassNoRoom), "no_room")
+	counter(c.diskBypasses, float64(ds.BypassUnavailable), "unavailable")
+
+	gauge(c.fills, float64(memFills), "memory")
+	gauge(c.fills, float64(ds.FillsInFlight), "disk")
+	gauge(c.followers, float64(memWaiting), "memory")
+	gauge(c.followers, float64(ds.Following), "disk")
+	for b, v := range read {
+		counter(c.readBytes, float64(v), b)
+		gauge(c.gateInUse, float64(inUse[b]), b)
+		gauge(c.gateWaiting, float64(waiting[b]), b)
+		counter(c.gateRefused, float64(refused[b]), b)
+	}
+}
+
+// Interface guards
+var (
+	_ prometheus.Collector = (*scrapeCollector)(nil)
+	_ scrapedStore         = (*store.Cached)(nil)
+)
