@@ -32,7 +32,6 @@ type decision struct {
 	cache    cacheKind  // how a granted answer was made (cachestatus.go)
 	inFlight bool       // counted in caddy_syncular_in_flight until finish
 	tr       traceMarks // when traced: the steps' times (tracing.go)
-	out      bodyWriter // the writer a body writes itself to (respond.go)
 }
 
 func (d *decision) setOutcome(outcome string) {

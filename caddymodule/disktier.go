@@ -107,16 +107,5 @@ func releaseDisk(key string) error {
 	return err
 }
 
-// warnCorrupt logs, as a store fault, a body that failed because its
-// bytes do not match their id (the response is then aborted; the store's
-// bodies map every tier's mismatch to ErrCorruptSegment). The error names
-// the segment id only: no partition, no token.
-func (h *Handler) warnCorrupt(segID string, err error) {
-	if errors.Is(err, store.ErrCorruptSegment) {
-		h.logger.Warn("segment bytes from the store do not match their id; response aborted",
-			zap.String("segment_id", segID), zap.Error(err))
-	}
-}
-
 // Interface guards
 var _ caddy.Destructor = pooledDisk{}

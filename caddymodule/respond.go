@@ -174,7 +174,7 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 		a.coding, a.codedSize = store.ServerOf(h.store).Coding(g.segID, codings)
 		return a
 	}
-	a.want = store.Want{Codings: codings, Off: a.br.off, N: a.br.n, Size: size, Wait: true}
+	a.want = store.Want{Codings: codings, Off: a.br.off, N: a.br.n, Size: size, Wait: true, SendFile: sendFile}
 	return a
 }
 
@@ -280,7 +280,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	}
 	coding, size := body.Coding(), body.Size()
 	a.setBytesHeaders(w.Header(), g, coding, size, d)
-	kind := kindOfTier(body.Tier()) // cachestatus.go
+	kind := kindOfTier(body.Tier())
 	h.markCache(w, d, kind)
 	w.WriteHeader(a.status)
 	var n int64
@@ -289,8 +289,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 		// handler's injected clock.
 		n, err = copyStalling(w, body, size, streamStallTimeout, serverWriteDeadline(r, start), time.Now)
 	} else {
-		d.out.ResponseWriter = w
-		n, err = body.WriteTo(&d.out)
+		n, err = body.WriteTo(w)
 	}
 	h.metrics.via(d.delivery).bytes(n)
 	h.metrics.cacheBytes(kind, n)
@@ -301,7 +300,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 		// connection (HTTP/1) or resets the stream (HTTP/2, HTTP/3)
 		// without logging; Caddy does not recover the panic. The
 		// deferred finish still records the decision.
-		h.warnCorrupt(g.segID, err) // disktier.go
+		h.warnCorrupt(g.segID, err)
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
 			c.Write(zap.String("segment_id", g.segID), zap.String("coding", coding.String()), zap.Error(err))
 		}
@@ -309,20 +308,55 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	}
 }
 
+// markCache records how a granted answer was made, just before its
+// status line is written: {http.syncular.cache}, the Cache-Status header
+// when cache_status is on, and the time to the first byte.
+func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
+	d.cache = k
+	d.ph.publish(phCache, cacheNames[k])
+	if st := h.obs.status; st != nil {
+		w.Header()["Cache-Status"] = []string{st[k]}
+	}
+	now := time.Now()
+	d.tr.statusAt = now // tracing.go
+	h.metrics.firstByte(k, now.Sub(d.start))
+}
+
+// kindOfTier maps the store tier that answered an Open to a cache kind.
+func kindOfTier(t store.Tier) cacheKind {
+	switch {
+	case t.Hit() && t.Disk():
+		return cacheDisk
+	case t.Hit():
+		return cacheMemory
+	case t.Fill():
+		return cacheFill
+	case t.Followed():
+		return cacheFollower
+	}
+	return cacheStream
+}
+
+// warnCorrupt logs, as a store fault, a body that failed because its
+// bytes do not match their id (the response is then aborted; the store's
+// bodies map every tier's mismatch to ErrCorruptSegment). The error names
+// the segment id only: no partition, no token.
+func (h *Handler) warnCorrupt(segID string, err error) {
+	if errors.Is(err, store.ErrCorruptSegment) {
+		h.logger.Warn("segment bytes from the store do not match their id; response aborted",
+			zap.String("segment_id", segID), zap.Error(err))
+	}
+}
+
 // compressing reports whether this handler may send a coded answer.
 func (h *Handler) compressing() bool { return len(h.codings) > 0 && h.variants != nil }
 
-// bodyWriter is the response writer a body writes itself to: a complete
-// disk tier file goes through it to sendfile(2) (sendfile.go).
-type bodyWriter struct{ http.ResponseWriter }
-
-// WriteFile implements store.FileWriter.
-func (bw *bodyWriter) WriteFile(lr *io.LimitedReader) (int64, error) {
-	return io.Copy(bw.ResponseWriter, sendfileSource(bw.ResponseWriter, lr)) // not CopyN: its LimitedReader would hide the file
+// sendFile is how a body writes a complete disk tier file
+// (store.Want.SendFile): through the response writers to sendfile(2)
+// (sendfile.go).
+func sendFile(w io.Writer, lr *io.LimitedReader) (int64, error) {
+	return io.Copy(w, sendfileSource(w, lr)) // not CopyN: its LimitedReader would hide the file
 }
-
-// ReadFrom hands a copy on to the response writer's own ReadFrom.
-func (bw *bodyWriter) ReadFrom(r io.Reader) (int64, error) { return io.Copy(bw.ResponseWriter, r) }
 
 // setGrantHeaders sets the headers of every successful answer: the ETag
 // of the representation (compress.ETag), and a Cache-Control that lets
@@ -408,6 +442,3 @@ func (h *Handler) presignURL(parent context.Context, g grant) (string, time.Time
 func (h *Handler) streamsLegacy(rec *store.Record) bool {
 	return h.streamLegacy && rec.LegacyHeader
 }
-
-// Interface guards
-var _ store.FileWriter = (*bodyWriter)(nil)

@@ -33,6 +33,12 @@ type Want struct {
 	// of the preferred coding's variant under way (a GET: a HEAD has no
 	// body to wait for).
 	Wait bool
+	// SendFile, when set, is how WriteTo writes a complete disk file: lr
+	// is an *io.LimitedReader over the *os.File positioned at the range's
+	// start, N its length (the Caddy handler sends it through its
+	// response writers to sendfile(2)). nil: io.Copy(w, lr), which
+	// reaches sendfile on a bare connection.
+	SendFile func(w io.Writer, lr *io.LimitedReader) (int64, error)
 }
 
 // Server hands out the bodies of answers and says, without I/O, which
@@ -46,15 +52,6 @@ type Server interface {
 	// still being encoded; 0 for Identity). It has no side effect: no
 	// I/O, no counter, no build (HEAD and 304 answers).
 	Coding(segmentID string, codings []compress.Coding) (compress.Coding, int64)
-}
-
-// FileWriter is a writer that takes a complete file's bytes its own way
-// (the Caddy handler: through its response writers to sendfile(2)). lr is
-// an *io.LimitedReader over an *os.File positioned at the range's start,
-// N its length; WriteFile writes exactly those bytes or fails.
-type FileWriter interface {
-	io.Writer
-	WriteFile(lr *io.LimitedReader) (int64, error)
 }
 
 // bodyKind is how a Body writes itself.
@@ -79,7 +76,8 @@ type Body struct {
 	r    io.Reader         // bodyFile, bodyStream: the verified reader
 
 	closer io.Closer
-	also   io.Closer // closed with the body (the identity read a variant follows)
+	also   io.Closer                                              // closed with the body (the identity read a variant follows)
+	send   func(w io.Writer, lr *io.LimitedReader) (int64, error) // Want.SendFile
 }
 
 // Coding is the body's content coding (Identity for the segment's bytes).
@@ -111,8 +109,8 @@ func (b *Body) Read(p []byte) (int, error) {
 }
 
 // WriteTo writes the body to w: bytes in memory in one Write, a complete
-// disk file through w's WriteFile when it has one (else io.Copy, which
-// reaches sendfile(2) on a bare connection), anything else by a copy that
+// disk file by Want.SendFile when set (else io.Copy, which reaches
+// sendfile(2) on a bare connection), anything else by a copy that
 // fails, rather than end, when the bytes do not verify. A body that ends
 // short of its Size is io.ErrUnexpectedEOF; errors from the tiers match
 // ErrCorruptSegment when the bytes do not match their id.
@@ -126,8 +124,8 @@ func (b *Body) WriteTo(w io.Writer) (int64, error) {
 		if b.file.N == b.size {
 			var k int64
 			var err error
-			if fw, ok := w.(FileWriter); ok {
-				k, err = fw.WriteFile(b.file)
+			if b.send != nil {
+				k, err = b.send(w, b.file)
 			} else {
 				k, err = io.Copy(w, b.file) // not CopyN: its LimitedReader would hide the file
 			}
@@ -214,6 +212,14 @@ func variantBody(rc io.ReadCloser, coding compress.Coding, size int64) *Body {
 // has its build started as soon as the identity read put them there, and
 // the answer follows that variant when it can be sent now.
 func (c *Cached) OpenBody(ctx context.Context, segmentID string, want Want) (*Body, error) {
+	b, err := c.openBody(ctx, segmentID, want)
+	if b != nil {
+		b.send = want.SendFile
+	}
+	return b, err
+}
+
+func (c *Cached) openBody(ctx context.Context, segmentID string, want Want) (*Body, error) {
 	retry := compress.Identity
 	if len(want.Codings) > 0 {
 		var b *Body
@@ -364,7 +370,9 @@ func (d direct) OpenBody(ctx context.Context, segmentID string, want Want) (*Bod
 	if err != nil {
 		return nil, err
 	}
-	return identityBody(rc, TierStore, segmentID, want), nil
+	b := identityBody(rc, TierStore, segmentID, want)
+	b.send = want.SendFile
+	return b, nil
 }
 
 func (direct) Coding(string, []compress.Coding) (compress.Coding, int64) {

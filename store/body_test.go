@@ -20,19 +20,21 @@ type writeCounter struct {
 
 func (w *writeCounter) Write(p []byte) (int, error) { w.writes++; return w.Buffer.Write(p) }
 
-// fileTaker is a FileWriter: it records the file reader it was handed.
+// fileTaker records the file reader Want.SendFile was handed.
 type fileTaker struct {
 	bytes.Buffer
 	got *io.LimitedReader
 }
 
-func (w *fileTaker) WriteFile(lr *io.LimitedReader) (int64, error) {
-	w.got = lr
-	return io.Copy(&w.Buffer, lr)
+func takeFile(w io.Writer, lr *io.LimitedReader) (int64, error) {
+	if ft, ok := w.(*fileTaker); ok {
+		ft.got = lr
+	}
+	return io.Copy(w, lr)
 }
 
 // A Body writes itself: bytes in memory in one Write, a complete file
-// through the writer's WriteFile (the handler's sendfile path), a stream
+// through Want.SendFile (the handler's sendfile path), a stream
 // verified so that bytes not matching their id end in ErrCorruptSegment
 // before their last byte, a file shorter than the body in
 // io.ErrUnexpectedEOF.
@@ -53,7 +55,7 @@ func TestBodyWriteTo(t *testing.T) {
 	}
 	b.Close()
 
-	// A complete file: the writer's WriteFile gets the file.
+	// A complete file: SendFile gets the file.
 	path := filepath.Join(t.TempDir(), "seg")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		t.Fatal(err)
@@ -64,18 +66,18 @@ func TestBodyWriteTo(t *testing.T) {
 	}
 	defer f.Close()
 	lr := &io.LimitedReader{R: f, N: int64(len(data))}
-	fb := &Body{kind: bodyFile, size: lr.N, file: lr, r: lr, tier: TierDisk}
+	fb := &Body{kind: bodyFile, size: lr.N, file: lr, r: lr, tier: TierDisk, send: takeFile}
 	var ft fileTaker
 	if n, err := fb.WriteTo(&ft); err != nil || n != int64(len(data)) || ft.got != lr || !bytes.Equal(ft.Bytes(), data) {
 		t.Fatalf("file body: %d bytes, %v, WriteFile got %p (want %p)", n, err, ft.got, lr)
 	}
-	// Shorter than promised: an error, through either writer.
-	for _, w := range []io.Writer{&fileTaker{}, &bytes.Buffer{}} {
+	// Shorter than promised: an error, with SendFile or without.
+	for _, send := range []func(io.Writer, *io.LimitedReader) (int64, error){takeFile, nil} {
 		f.Seek(0, io.SeekStart)
 		short := &io.LimitedReader{R: f, N: int64(len(data))}
-		sb := &Body{kind: bodyFile, size: int64(len(data)) + 10, file: short, r: short}
-		if _, err := sb.WriteTo(w); err == nil {
-			t.Fatalf("%T: a file shorter than the body ended cleanly", w)
+		sb := &Body{kind: bodyFile, size: int64(len(data)) + 10, file: short, r: short, send: send}
+		if _, err := sb.WriteTo(&fileTaker{}); err == nil {
+			t.Fatalf("SendFile %v: a file shorter than the body ended cleanly", send != nil)
 		}
 	}
 

@@ -138,6 +138,8 @@ func DefaultCacheOptions() CacheOptions {
 // Segments whose store bytes failed verification back off.
 type Cached struct {
 	inner   Store
+	filler  fillerInto // inner's own whole-segment read; nil: by Open
+	copier  blobCopier // inner's one-read copy for the disk tier; nil: by Open
 	opts    CacheOptions
 	records *recordLRU
 	blobs   *blobLRU
@@ -195,6 +197,8 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 		blobs:   newBlobLRU(opts.MaxBytes),
 		gate:    newFairGate(opts.Fair),
 	}
+	c.filler, _ = inner.(fillerInto)
+	c.copier, _ = inner.(blobCopier)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.vt.init(opts.MaxRecords)
 	c.corrupt.init()
@@ -481,10 +485,10 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 		}
 	}()
 	b := make([]byte, size)
-	if fi, ok := c.inner.(fillerInto); ok {
+	if c.filler != nil {
 		// The store reads it its own way (SQLite: without holding a
 		// lock across the read where it can, sqlite_lockfree.go).
-		err = c.fillInto(ctx, fi, segmentID, b)
+		err = c.fillInto(ctx, c.filler, segmentID, b)
 	} else {
 		err = c.readWhole(ctx, segmentID, b)
 	}

@@ -103,7 +103,7 @@ func (c *Cached) diskSource(ctx context.Context, segmentID string) disk.Source {
 
 // diskCopy is diskSource without the gate.
 func (c *Cached) diskCopy(segmentID string) disk.Source {
-	if bc, ok := c.inner.(blobCopier); ok {
+	if bc := c.copier; bc != nil {
 		return func(ctx context.Context, w io.Writer) error {
 			if err := c.guard(); err != nil {
 				return err
