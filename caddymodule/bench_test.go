@@ -117,7 +117,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 		"createdAtMs": testNow.UnixMilli(), "expiresAtMs": testNow.Add(time.Hour).UnixMilli(),
 	}
 	id := s3test.PutSegment(b, srv.Client(), "bench", "", body, s3test.RecordHeader(rec))
-	s3s, err := store.NewS3(context.Background(), store.S3Config{
+	s3s, err := store.NewS3(context.Background(), store.S3Options{
 		Bucket: "bench", Region: srv.Region, Endpoint: srv.Endpoint,
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true,
 	})

@@ -147,7 +147,7 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 		maxEntry int64
 	}{{"cached", store.DefaultMaxEntry}, {"streamed", 1024}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s3s, err := store.NewS3(context.Background(), store.S3Config{
+			s3s, err := store.NewS3(context.Background(), store.S3Options{
 				Bucket: bucket, Region: srv.Region, Endpoint: srv.Endpoint,
 				AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true, Timeout: 5 * time.Second,
 			})

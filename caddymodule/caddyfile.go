@@ -52,7 +52,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        origin_path <path>                         # optional, e.g. /segments: put before the object key
 //	    }
 //	    store_timeout    <duration>                    # default 5s; must be positive
-//	    store_concurrency <n>                          # default 16: distinct store reads at once; 0: no cap
+//	    store_concurrency <n>                          # default 16: most distinct store reads at once (the limit below it follows the store's latency); 0: no cap
 //	    store_queue      <n>                           # default 1024: store reads waiting for a slot; 0: none wait
 //	    store_queue_wait <duration>                    # default 2s: longest wait for a slot, then 503 edge.overloaded
 //	    grace            <duration>                    # default 5m: records keep deciding grants while the store cannot be read; 0 turns it off

@@ -63,7 +63,7 @@ func useMetrics(h *Handler, server string) (off func()) {
 // over s.
 func usePresigner(tb testing.TB, h *Handler, s *store.S3) {
 	tb.Helper()
-	p, err := presign.NewS3Presigner(s.Client(), s.Bucket(), s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+	p, err := presign.NewS3Signer(s.Client(), s.Bucket(), s.ObjectKey, presign.S3Options{TTL: time.Duration(h.PresignTTL)})
 	if err != nil {
 		tb.Fatal(err)
 	}

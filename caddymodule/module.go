@@ -182,7 +182,7 @@ type Handler struct {
 	cacheOpts    store.CacheOptions // Cache, StoreTimeout, Grace, the store read gate
 
 	verifier  *token.Verifier
-	presigner *presign.S3Presigner
+	presigner *presign.S3Signer
 	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
 	audience  token.Audience
 	store     store.Store
@@ -296,7 +296,7 @@ func (h *Handler) checkConfig() error {
 		if ttl < time.Second {
 			return errors.New("presign_ttl must be at least 1s")
 		}
-		if ttl > presign.MaxS3PresignTTL || ttl%time.Second != 0 {
+		if ttl > presign.MaxTTL || ttl%time.Second != 0 {
 			return errors.New("presign_ttl must be whole seconds, at most 7 days")
 		}
 	}

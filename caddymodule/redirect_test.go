@@ -34,7 +34,7 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 		"createdAtMs": testNow.UnixMilli(), "expiresAtMs": end.UnixMilli(),
 	}
 	id := s3test.PutSegment(t, srv.Client(), bucket, "", body, s3test.RecordHeader(rec))
-	s3s, err := store.NewS3(context.Background(), store.S3Config{
+	s3s, err := store.NewS3(context.Background(), store.S3Options{
 		Bucket: bucket, Region: srv.Region, Endpoint: srv.Endpoint,
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true, Timeout: 5 * time.Second,
 	})

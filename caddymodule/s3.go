@@ -56,7 +56,7 @@ type S3Config struct {
 // redirect delivery, builds the presigner.
 func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	c := h.Store.S3
-	cfg := store.S3Config{
+	cfg := store.S3Options{
 		Bucket:    repl.ReplaceKnown(c.Bucket, ""),
 		Region:    repl.ReplaceKnown(c.Region, ""),
 		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),
@@ -91,7 +91,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		return err
 	}
 	if h.Delivery == DeliveryRedirect {
-		p, err := presign.NewS3Presigner(s.Client(), s.Bucket(), s.ObjectKey, presign.S3PresignOptions{TTL: time.Duration(h.PresignTTL)})
+		p, err := presign.NewS3Signer(s.Client(), s.Bucket(), s.ObjectKey, presign.S3Options{TTL: time.Duration(h.PresignTTL)})
 		if err != nil {
 			return fmt.Errorf("presign: %w", err)
 		}

@@ -62,10 +62,15 @@ type slots struct {
 	ch      chan struct{}
 	waiting atomic.Int32
 	maxWait int32
+	// overloaded: an answer was refused for lack of a slot since the
+	// streams were last idle; when they are idle again, mem returns the
+	// crowd's memory (memrelease.go; nil: never).
+	overloaded atomic.Bool
+	mem        *memReleaser
 }
 
 func newStreamSlots(n, waiters int) streamSlots {
-	return &slots{ch: make(chan struct{}, n), maxWait: int32(waiters)}
+	return &slots{ch: make(chan struct{}, n), maxWait: int32(waiters), mem: processMemRelease}
 }
 
 // tryAcquire takes a slot without waiting.
@@ -92,9 +97,12 @@ func (s *slots) acquire(ctx context.Context, wait time.Duration) bool {
 		return true
 	}
 	if s.waiting.Add(1) > s.maxWait {
+		s.overloaded.Store(true)
 		s.waiting.Add(-1)
+		s.settled()
 		return false
 	}
+	defer s.settled()
 	defer s.waiting.Add(-1)
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -110,6 +118,7 @@ func (s *slots) acquire(ctx context.Context, wait time.Duration) bool {
 		}
 		return true
 	case <-t.C:
+		s.overloaded.Store(true)
 		return false
 	case <-ctx.Done():
 		return false
@@ -119,6 +128,16 @@ func (s *slots) acquire(ctx context.Context, wait time.Duration) bool {
 func (s *slots) release() {
 	if s != nil {
 		<-s.ch
+		s.settled()
+	}
+}
+
+// settled follows a stream's or a waiter's end: when it leaves the
+// streams idle after an overload, the crowd's memory is returned
+// (memrelease.go). Two loads on every other end.
+func (s *slots) settled() {
+	if s.overloaded.Load() && len(s.ch) == 0 && s.waiting.Load() == 0 && s.overloaded.CompareAndSwap(true, false) {
+		s.mem.schedule()
 	}
 }
 

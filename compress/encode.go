@@ -56,21 +56,14 @@ func Worthwhile(identitySize, compressedSize int64) bool {
 // budget is the largest worthwhile variant: floor(0.9 × size).
 func budget(size int64) int64 { return size - (size+9)/10 }
 
-// Encode writes src compressed with c to dst, streaming: memory stays
-// bounded by the coder's window whatever the size of src. It returns the
-// number of compressed bytes written. The output is deterministic (no
-// name or time in the gzip header), so every edge makes the same bytes.
-// Identity is ErrCoding: a variant is never the identity bytes.
-func Encode(c Coding, dst io.Writer, src io.Reader) (written int64, err error) {
-	cw := &countWriter{w: dst}
-	err = chosen().encode(c, cw, src)
-	return cw.n, err
-}
-
-// EncodeBounded is Encode for a src of identitySize bytes that gives up,
-// with ErrIncompressible, as soon as the output exceeds what Worthwhile
-// allows; dst then holds a partial stream to discard. It returns the
-// compressed size.
+// EncodeBounded writes src, identitySize bytes, compressed with c to dst,
+// streaming: memory stays bounded by the coder's window whatever the size
+// of src. It returns the number of compressed bytes written. The output
+// is deterministic (no name or time in the gzip header), so every edge
+// makes the same bytes. Identity is ErrCoding: a variant is never the
+// identity bytes. It gives up, with ErrIncompressible, as soon as the
+// output exceeds what Worthwhile allows; dst then holds a partial stream
+// to discard.
 func EncodeBounded(c Coding, dst io.Writer, src io.Reader, identitySize int64) (written int64, err error) {
 	if identitySize <= 0 {
 		return 0, ErrIncompressible
@@ -83,8 +76,8 @@ func EncodeBounded(c Coding, dst io.Writer, src io.Reader, identitySize int64) (
 	return cw.n, err
 }
 
-// coder is a set of encoder settings; chosen is the one Encode uses, the
-// others exist for the level benchmarks.
+// coder is a set of encoder settings; chosen is the one EncodeBounded
+// uses, the others exist for the level benchmarks.
 type coder struct {
 	gzipLevel        int
 	zstdLevel        zstd.EncoderLevel

@@ -1,7 +1,7 @@
 // Package compress holds the edge's content codings for segment bytes:
-// which coding a request accepts (Negotiate), how a variant is made once
-// per (segment, coding) and checked before it is kept (Encode,
-// EncodeBounded, Verify, Variant), when a variant is not worth keeping
+// which coding a request accepts (NegotiateValues), how a variant is made
+// once per (segment, coding) and checked before it is kept
+// (EncodeBounded, Verify, Variant), when a variant is not worth keeping
 // (Worthwhile), and the ETags that tell the variants apart (ETag,
 // MatchIfNoneMatch). It knows nothing of Caddy or the segment store, so
 // it tests without a server.
@@ -64,12 +64,13 @@ func ParseCoding(token string) (c Coding, ok bool) {
 
 func (c Coding) valid() bool { return c < numCodings }
 
-// Negotiate picks the coding for a response from the request's
-// Accept-Encoding field value and the operator's preference order (nil
-// means DefaultPrefs). It reads the field per RFC 9110 §12.5.3 and is
-// deliberately conservative: a coding is sent only when the request
-// plainly accepts it, since a client that cannot decode the answer treats
-// it as a failed download.
+// NegotiateValues picks the coding for a response from the request's
+// Accept-Encoding field lines (r.Header.Values("Accept-Encoding")), read
+// as one comma-joined list without joining them, and the operator's
+// preference order (nil means DefaultPrefs). It reads the field per RFC
+// 9110 §12.5.3 and is deliberately conservative: a coding is sent only
+// when the request plainly accepts it, since a client that cannot decode
+// the answer treats it as a failed download.
 //
 //   - Codings are matched case-insensitively; "x-gzip" counts as gzip;
 //     unknown codings (br, deflate, compress, ...) are ignored. Spaces and
@@ -94,17 +95,7 @@ func (c Coding) valid() bool { return c < numCodings }
 //     permits either; every client decodes identity, and a 406 would read
 //     as a failed descriptor and a re-pull).
 //
-// Negotiate does not allocate.
-func Negotiate(acceptEncoding string, prefs []Coding) Coding {
-	var a acceptance
-	a.reset()
-	a.parse(acceptEncoding)
-	return a.choose(prefs)
-}
-
-// NegotiateValues is Negotiate over several Accept-Encoding field lines
-// (r.Header.Values("Accept-Encoding")), read as one comma-joined list
-// without joining them.
+// NegotiateValues does not allocate.
 func NegotiateValues(values []string, prefs []Coding) Coding {
 	var a acceptance
 	a.reset()

@@ -46,7 +46,7 @@ type CloudFrontOptions struct {
 	// or PKCS #8, at least 2048 bits) or ECDSA P-256 (SEC 1 or PKCS #8).
 	// Encrypted PEM is refused.
 	PrivateKeyPEM []byte
-	// TTL, Window and MaxEntries are as in S3PresignOptions (the same
+	// TTL, Window and MaxEntries are as in S3Options (the same
 	// defaults and limits).
 	TTL        time.Duration
 	Window     time.Duration
@@ -101,7 +101,7 @@ func NewCloudFrontSigner(objectKey func(segmentID string) string, opts CloudFron
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
-		ttl = DefaultS3PresignTTL
+		ttl = DefaultTTL
 	}
 	cache, err := newWindowCache("presign: cloudfront", ttl, opts.Window, opts.MaxEntries)
 	if err != nil {

@@ -10,19 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/syncular/caddy-syncular/segid"
-)
-
-// Defaults and limits of S3PresignOptions.
-const (
-	// DefaultS3PresignTTL is the longest life of a presigned URL.
-	DefaultS3PresignTTL = 60 * time.Second
-	// MaxS3PresignTTL is SigV4's limit on X-Amz-Expires (7 days).
-	MaxS3PresignTTL = 7 * 24 * time.Hour
-	// DefaultS3PresignMaxEntries bounds the URL cache.
-	DefaultS3PresignMaxEntries = 16384
 )
 
 // ErrS3GrantEnded is returned for a notAfter that is not after now: there is
@@ -35,8 +24,8 @@ var ErrS3GrantEnded = fmt.Errorf("presign: s3: %w", ErrGrantEnded)
 // wraps ErrGrantTooShort.
 var ErrS3GrantTooShort = fmt.Errorf("presign: s3: %w", ErrGrantTooShort)
 
-// S3PresignOptions configures an S3Presigner.
-type S3PresignOptions struct {
+// S3Options configures an S3Signer.
+type S3Options struct {
 	// TTL is the longest a URL may stay valid after the request it answers
 	// (presign_ttl). Whole seconds, 1 s to 7 days. Default 60 s.
 	TTL time.Duration
@@ -47,11 +36,11 @@ type S3PresignOptions struct {
 	// (at least 1 s): a URL then has between 3/4 of TTL and TTL left when
 	// it is handed out.
 	Window time.Duration
-	// MaxEntries bounds the URL cache. Default DefaultS3PresignMaxEntries.
+	// MaxEntries bounds the URL cache. Default DefaultMaxEntries.
 	MaxEntries int
 }
 
-// S3Presigner issues SigV4 presigned GETs of segment objects
+// S3Signer issues SigV4 presigned GETs of segment objects
 // ({prefix}seg/sha256/{hex}) through aws-sdk-go-v2, on aligned time windows,
 // and caches them so repeated requests get the identical URL. It is safe
 // for concurrent use.
@@ -61,30 +50,24 @@ type S3PresignOptions struct {
 // stays valid at the store until its own expiry even if the credentials
 // that signed it rotate (temporary credentials that expire earlier cut it
 // short; expiresAt says so).
-type S3Presigner struct {
+type S3Signer struct {
 	pc        *s3.PresignClient
-	api       []func(*middleware.Stack) error // extra SDK middleware (tests)
 	bucket    string
 	objectKey func(string) string // segment id → object key (the store's layout)
 	cache     *windowCache
 }
 
-// NewS3Presigner builds a presigner on client (its region, endpoint,
+// NewS3Signer builds a presigner on client (its region, endpoint,
 // path style and credentials) for objects in bucket; objectKey maps a
 // segment id to its key (the store's layout, e.g. store.(*S3).ObjectKey),
 // so this package knows nothing of how a store lays out its bucket.
-func NewS3Presigner(client *s3.Client, bucket string, objectKey func(segmentID string) string, opts S3PresignOptions) (*S3Presigner, error) {
-	return newS3Presigner(client, bucket, objectKey, opts)
-}
-
-func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) string, opts S3PresignOptions,
-	apiOptions ...func(*middleware.Stack) error) (*S3Presigner, error) {
+func NewS3Signer(client *s3.Client, bucket string, objectKey func(segmentID string) string, opts S3Options) (*S3Signer, error) {
 	if client == nil || bucket == "" || objectKey == nil {
 		return nil, errors.New("presign: s3: client, bucket and object key layout are required")
 	}
 	ttl := opts.TTL
 	if ttl == 0 {
-		ttl = DefaultS3PresignTTL
+		ttl = DefaultTTL
 	}
 	cache, err := newWindowCache("presign: s3", ttl, opts.Window, opts.MaxEntries)
 	if err != nil {
@@ -92,7 +75,7 @@ func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) str
 	}
 
 	logOpts := client.Options()
-	signer := &s3TimedSigner{v4: v4.NewSigner(func(so *v4.SignerOptions) {
+	signer := &sigV4TimedSigner{v4: v4.NewSigner(func(so *v4.SignerOptions) {
 		// As the SDK's own S3 presigner: S3 paths are not escaped twice.
 		so.Logger = logOpts.Logger
 		so.LogSigning = logOpts.ClientLogMode.IsSigning()
@@ -107,9 +90,8 @@ func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) str
 		})
 	})
 
-	p := &S3Presigner{
+	p := &S3Signer{
 		pc:        pc,
-		api:       apiOptions,
 		bucket:    bucket,
 		objectKey: objectKey,
 		cache:     cache,
@@ -118,10 +100,10 @@ func newS3Presigner(client *s3.Client, bucket string, objectKey func(string) str
 }
 
 // TTL is the configured longest URL life.
-func (p *S3Presigner) TTL() time.Duration { return time.Duration(p.cache.ttl) * time.Second }
+func (p *S3Signer) TTL() time.Duration { return time.Duration(p.cache.ttl) * time.Second }
 
 // Window is the configured signing window.
-func (p *S3Presigner) Window() time.Duration { return time.Duration(p.cache.window) * time.Second }
+func (p *S3Signer) Window() time.Duration { return time.Duration(p.cache.window) * time.Second }
 
 // URL returns a presigned GET of segmentID's object that expires strictly
 // before notAfter and no later than now+TTL. notAfter not after now is
@@ -144,7 +126,7 @@ func (p *S3Presigner) Window() time.Duration { return time.Duration(p.cache.wind
 // a grant, or the last two when it ends on a whole second). URLs are
 // cached per (segment, start, expires): every call in a window with the
 // same bound gets the same URL.
-func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
+func (p *S3Signer) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
 	if !segid.Valid(segmentID) {
 		return "", time.Time{}, errors.New("presign: s3: malformed segment id")
 	}
@@ -175,7 +157,7 @@ func (p *S3Presigner) URL(ctx context.Context, segmentID string, now, notAfter t
 // CachedURL is URL answered from the cache only: ok is false when the URL
 // for this request is not cached yet (call URL then). It does no I/O and
 // needs no context.
-func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
+func (p *S3Signer) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
 	if !segid.Valid(segmentID) {
 		return "", time.Time{}, false
 	}
@@ -183,22 +165,16 @@ func (p *S3Presigner) CachedURL(segmentID string, now, notAfter time.Time) (url 
 }
 
 // Len is the number of cached URLs.
-func (p *S3Presigner) Len() int { return p.cache.len() }
+func (p *S3Signer) Len() int { return p.cache.len() }
 
 // sign presigns through the SDK with X-Amz-Date = start and X-Amz-Expires =
 // expires. credUntil is the signing credentials' expiry (unix ns), 0 when
 // they do not expire.
-func (p *S3Presigner) sign(ctx context.Context, segmentID string, start, expires int64) (string, int64, error) {
-	st := &s3SignState{at: time.Unix(start, 0).UTC()}
-	ctx = context.WithValue(ctx, s3SignStateKey{}, st)
+func (p *S3Signer) sign(ctx context.Context, segmentID string, start, expires int64) (string, int64, error) {
+	st := &sigV4State{at: time.Unix(start, 0).UTC()}
+	ctx = context.WithValue(ctx, sigV4StateKey{}, st)
 	key := p.objectKey(segmentID)
-	optFns := []func(*s3.PresignOptions){s3.WithPresignExpires(time.Duration(expires) * time.Second)}
-	if len(p.api) > 0 {
-		optFns = append(optFns, s3.WithPresignClientFromClientOptions(func(o *s3.Options) {
-			o.APIOptions = append(o.APIOptions, p.api...)
-		}))
-	}
-	req, err := p.pc.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &p.bucket, Key: &key}, optFns...)
+	req, err := p.pc.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &p.bucket, Key: &key}, s3.WithPresignExpires(time.Duration(expires)*time.Second))
 	if err != nil {
 		// SDK presign errors come from credential resolution or endpoint
 		// rules; they carry no URL (none exists yet) and no secret.
@@ -213,24 +189,24 @@ func (p *S3Presigner) sign(ctx context.Context, segmentID string, start, expires
 	return req.URL, st.credUntil, nil
 }
 
-type s3SignStateKey struct{}
+type sigV4StateKey struct{}
 
-// s3SignState carries the chosen signing time into the SDK's presign
+// sigV4State carries the chosen signing time into the SDK's presign
 // middleware, and the credentials' expiry back out.
-type s3SignState struct {
+type sigV4State struct {
 	at        time.Time
 	used      bool
 	credUntil int64
 }
 
-// s3TimedSigner is the SDK's v4 signer with the signing time taken from the
+// sigV4TimedSigner is the SDK's v4 signer with the signing time taken from the
 // context instead of the clock (the SDK passes sdk.NowTime()).
-type s3TimedSigner struct{ v4 *v4.Signer }
+type sigV4TimedSigner struct{ v4 *v4.Signer }
 
-func (s *s3TimedSigner) PresignHTTP(ctx context.Context, creds aws.Credentials, r *http.Request,
+func (s *sigV4TimedSigner) PresignHTTP(ctx context.Context, creds aws.Credentials, r *http.Request,
 	payloadHash, service, region string, signingTime time.Time, optFns ...func(*v4.SignerOptions),
 ) (string, http.Header, error) {
-	if st, ok := ctx.Value(s3SignStateKey{}).(*s3SignState); ok {
+	if st, ok := ctx.Value(sigV4StateKey{}).(*sigV4State); ok {
 		signingTime = st.at
 		st.used = true
 		if creds.CanExpire {

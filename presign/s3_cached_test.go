@@ -10,8 +10,8 @@ import (
 // TestS3CachedURL: CachedURL answers exactly what URL would from its
 // cache, and nothing before URL signed it.
 func TestS3CachedURL(t *testing.T) {
-	st := s3tStore(t, store.S3Config{Prefix: "syncular/"})
-	p := s3tPresigner(t, st, S3PresignOptions{})
+	st := s3tStore(t, store.S3Options{Prefix: "syncular/"})
+	p := s3tPresigner(t, st, S3Options{})
 	for _, tc := range []struct{ now, notAfter float64 }{{1, 1e6}, {100, 130}, {200.5, 201.9}} {
 		now, notAfter := s3tAt(tc.now), s3tAt(tc.notAfter)
 		if _, _, ok := p.CachedURL(s3tSeg, now, notAfter); ok {

@@ -43,7 +43,7 @@ func s3tAt(sec float64) time.Time {
 	return s3tBase.Add(time.Duration(sec * float64(time.Second)))
 }
 
-func s3tStore(t testing.TB, cfg store.S3Config) *store.S3 {
+func s3tStore(t testing.TB, cfg store.S3Options) *store.S3 {
 	t.Helper()
 	if cfg.Bucket == "" {
 		cfg.Bucket = "syncular-segments"
@@ -66,9 +66,16 @@ func s3tStore(t testing.TB, cfg store.S3Config) *store.S3 {
 	return st
 }
 
-func s3tPresigner(t testing.TB, st *store.S3, opts S3PresignOptions, api ...func(*middleware.Stack) error) *S3Presigner {
+// s3tPresigner builds a signer on st's client; api adds SDK middleware to
+// every presign (through a copy of the client, as an operator's client
+// options would).
+func s3tPresigner(t testing.TB, st *store.S3, opts S3Options, api ...func(*middleware.Stack) error) *S3Signer {
 	t.Helper()
-	p, err := newS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, opts, api...)
+	client := st.Client()
+	if len(api) > 0 {
+		client = s3.New(client.Options(), func(o *s3.Options) { o.APIOptions = append(o.APIOptions, api...) })
+	}
+	p, err := NewS3Signer(client, st.Bucket(), st.ObjectKey, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +115,8 @@ func s3tParse(t testing.TB, raw string) s3tParsed {
 func TestS3PresignURLShape(t *testing.T) {
 	for _, prefix := range []string{"", "syncular/"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
-			st := s3tStore(t, store.S3Config{Prefix: prefix})
-			p := s3tPresigner(t, st, S3PresignOptions{})
+			st := s3tStore(t, store.S3Options{Prefix: prefix})
+			p := s3tPresigner(t, st, S3Options{})
 			raw, _, err := p.URL(context.Background(), s3tSeg, s3tAt(7), s3tAt(3600))
 			if err != nil {
 				t.Fatal(err)
@@ -186,10 +193,10 @@ func TestS3PresignBounds(t *testing.T) {
 		{name: "default ttl", now: 3, notAfter: 1e6, start: 0, exp: 60},
 		{name: "grant in year 9999", ttl: 60, now: 3, notAfter: -1, start: 0, exp: 60},
 	}
-	st := s3tStore(t, store.S3Config{})
+	st := s3tStore(t, store.S3Options{})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := s3tPresigner(t, st, S3PresignOptions{TTL: time.Duration(tc.ttl) * time.Second, Window: time.Duration(tc.window) * time.Second})
+			p := s3tPresigner(t, st, S3Options{TTL: time.Duration(tc.ttl) * time.Second, Window: time.Duration(tc.window) * time.Second})
 			now, notAfter := s3tAt(tc.now), s3tAt(tc.notAfter)
 			if tc.notAfter == -1 {
 				notAfter = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
@@ -221,7 +228,7 @@ func TestS3PresignBounds(t *testing.T) {
 // s3tCheckInvariants: the URL is signed no later than now, lives at least
 // 1 s, is still valid after now, ends no later than now+TTL and strictly
 // before notAfter (a store accepts it at date+expires itself).
-func s3tCheckInvariants(t testing.TB, p *S3Presigner, now, notAfter time.Time, u s3tParsed) {
+func s3tCheckInvariants(t testing.TB, p *S3Signer, now, notAfter time.Time, u s3tParsed) {
 	t.Helper()
 	end := u.date.Add(time.Duration(u.expires) * time.Second)
 	if u.date.After(now) || u.expires < 1 || !end.After(now) {
@@ -236,12 +243,12 @@ func s3tCheckInvariants(t testing.TB, p *S3Presigner, now, notAfter time.Time, u
 }
 
 func TestS3PresignBoundsRandom(t *testing.T) {
-	st := s3tStore(t, store.S3Config{})
+	st := s3tStore(t, store.S3Options{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 300; i++ {
 		ttl := int64(1 + rng.IntN(900))
 		window := int64(1 + rng.IntN(int(ttl)))
-		p := s3tPresigner(t, st, S3PresignOptions{TTL: time.Duration(ttl) * time.Second, Window: time.Duration(window) * time.Second})
+		p := s3tPresigner(t, st, S3Options{TTL: time.Duration(ttl) * time.Second, Window: time.Duration(window) * time.Second})
 		now := s3tBase.Add(time.Duration(rng.Int64N(int64(2 * time.Hour))))
 		var notAfter time.Time
 		switch rng.IntN(3) {
@@ -273,8 +280,8 @@ func TestS3PresignBoundsRandom(t *testing.T) {
 }
 
 func TestS3PresignOptionsValidation(t *testing.T) {
-	st := s3tStore(t, store.S3Config{})
-	for _, o := range []S3PresignOptions{
+	st := s3tStore(t, store.S3Options{})
+	for _, o := range []S3Options{
 		{TTL: 500 * time.Millisecond},
 		{TTL: 1500 * time.Millisecond},
 		{TTL: 8 * 24 * time.Hour},
@@ -283,11 +290,11 @@ func TestS3PresignOptionsValidation(t *testing.T) {
 		{TTL: 60 * time.Second, Window: 1500 * time.Millisecond},
 		{TTL: 60 * time.Second, Window: -time.Second},
 	} {
-		if _, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, o); err == nil {
+		if _, err := NewS3Signer(st.Client(), st.Bucket(), st.ObjectKey, o); err == nil {
 			t.Errorf("accepted %+v", o)
 		}
 	}
-	p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{TTL: 2 * time.Second})
+	p, err := NewS3Signer(st.Client(), st.Bucket(), st.ObjectKey, S3Options{TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,9 +318,9 @@ func s3tCountSigns(n *atomic.Int64) func(*middleware.Stack) error {
 }
 
 func TestS3PresignCache(t *testing.T) {
-	st := s3tStore(t, store.S3Config{Prefix: "syncular/"})
+	st := s3tStore(t, store.S3Options{Prefix: "syncular/"})
 	var signs atomic.Int64
-	p := s3tPresigner(t, st, S3PresignOptions{TTL: 60 * time.Second, Window: 15 * time.Second}, s3tCountSigns(&signs))
+	p := s3tPresigner(t, st, S3Options{TTL: 60 * time.Second, Window: 15 * time.Second}, s3tCountSigns(&signs))
 	ctx := context.Background()
 	far := s3tAt(1e6)
 	url := func(id string, now, notAfter float64) string {
@@ -380,8 +387,8 @@ func TestS3PresignCache(t *testing.T) {
 }
 
 func TestS3PresignCacheBounded(t *testing.T) {
-	st := s3tStore(t, store.S3Config{})
-	p := s3tPresigner(t, st, S3PresignOptions{TTL: 60 * time.Second, MaxEntries: 32})
+	st := s3tStore(t, store.S3Options{})
+	p := s3tPresigner(t, st, S3Options{TTL: 60 * time.Second, MaxEntries: 32})
 	for i := 0; i < 1000; i++ {
 		sum := sha256.Sum256([]byte(strconv.Itoa(i)))
 		if _, _, err := p.URL(context.Background(), "sha256:"+hex.EncodeToString(sum[:]), s3tAt(1), s3tAt(1e6)); err != nil {
@@ -406,7 +413,7 @@ func TestS3PresignCredentialExpiry(t *testing.T) {
 				CanExpire: true, Expires: credEnd}, nil
 		}),
 	})
-	p, err := NewS3Presigner(client, "segments", func(id string) string { return store.S3ObjectKey("", id) }, S3PresignOptions{TTL: 60 * time.Second})
+	p, err := NewS3Signer(client, "segments", func(id string) string { return store.S3ObjectKey("", id) }, S3Options{TTL: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +498,7 @@ func s3tDropXID(stack *middleware.Stack) error {
 func TestS3PresignVectors(t *testing.T) {
 	for _, v := range s3tVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
-			st := s3tStore(t, store.S3Config{
+			st := s3tStore(t, store.S3Options{
 				Bucket: v.Config.Bucket, Region: v.Config.Region, Endpoint: v.Config.Endpoint,
 				Prefix: v.Config.KeyPrefix, AccessKeyID: v.Config.AccessKeyID,
 				SecretAccessKey: v.Config.SecretAccessKey, SessionToken: v.Config.SessionToken,
@@ -500,7 +507,7 @@ func TestS3PresignVectors(t *testing.T) {
 			if ttl == 0 {
 				ttl = 900 // the reference default
 			}
-			opts := S3PresignOptions{TTL: time.Duration(ttl) * time.Second, Window: time.Second}
+			opts := S3Options{TTL: time.Duration(ttl) * time.Second, Window: time.Second}
 			now := time.UnixMilli(v.Options.NowMs)
 			ref := s3tParse(t, v.Result.URL)
 			escapes := strings.ContainsAny(v.Config.KeyPrefix, "+()")
@@ -568,7 +575,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	srv.CreateBucket(t, "segments")
 	body := []byte("bytes behind a presigned redirect")
 	id := s3test.PutSegment(t, srv.Client(), "segments", "syncular/", body, "")
-	st := s3tStore(t, store.S3Config{
+	st := s3tStore(t, store.S3Options{
 		Bucket: "segments", Region: srv.Region, Endpoint: srv.Endpoint, Prefix: "syncular/",
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey,
 	})
@@ -585,7 +592,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	}
 
 	t.Run("fetch", func(t *testing.T) {
-		p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{})
+		p, err := NewS3Signer(st.Client(), st.Bucket(), st.ObjectKey, S3Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -608,7 +615,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	})
 
 	t.Run("expired URL is refused", func(t *testing.T) {
-		p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{TTL: time.Second})
+		p, err := NewS3Signer(st.Client(), st.Bucket(), st.ObjectKey, S3Options{TTL: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -634,7 +641,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	})
 
 	t.Run("grant bound", func(t *testing.T) {
-		p, err := NewS3Presigner(st.Client(), st.Bucket(), st.ObjectKey, S3PresignOptions{TTL: 60 * time.Second, Window: time.Second})
+		p, err := NewS3Signer(st.Client(), st.Bucket(), st.ObjectKey, S3Options{TTL: 60 * time.Second, Window: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -657,8 +664,8 @@ func TestS3PresignVersitygw(t *testing.T) {
 // ---- benchmarks -------------------------------------------------------
 
 func BenchmarkS3PresignCached(b *testing.B) {
-	st := s3tStore(b, store.S3Config{Prefix: "syncular/"})
-	p := s3tPresigner(b, st, S3PresignOptions{})
+	st := s3tStore(b, store.S3Options{Prefix: "syncular/"})
+	p := s3tPresigner(b, st, S3Options{})
 	ctx := context.Background()
 	now, notAfter := s3tAt(1), s3tAt(1e6)
 	if _, _, err := p.URL(ctx, s3tSeg, now, notAfter); err != nil {
@@ -677,8 +684,8 @@ func BenchmarkS3PresignCached(b *testing.B) {
 }
 
 func BenchmarkS3PresignUncached(b *testing.B) {
-	st := s3tStore(b, store.S3Config{Prefix: "syncular/"})
-	p := s3tPresigner(b, st, S3PresignOptions{})
+	st := s3tStore(b, store.S3Options{Prefix: "syncular/"})
+	p := s3tPresigner(b, st, S3Options{})
 	ctx := context.Background()
 	now := s3tAt(0)
 	w := p.Window()

@@ -7,6 +7,18 @@ import (
 	"time"
 )
 
+// Defaults and limits of every signer's options (S3Options,
+// CloudFrontOptions).
+const (
+	// DefaultTTL is the longest life of a signed URL.
+	DefaultTTL = 60 * time.Second
+	// MaxTTL is SigV4's limit on X-Amz-Expires (7 days), applied to
+	// CloudFront's Expires too.
+	MaxTTL = 7 * 24 * time.Hour
+	// DefaultMaxEntries bounds a signer's URL cache.
+	DefaultMaxEntries = 16384
+)
+
 // ErrGrantEnded is wrapped by every signer's "grant already ended" error
 // (ErrS3GrantEnded, ErrCloudFrontGrantEnded): errors.Is(err,
 // ErrGrantEnded) asks it whatever the signer.
@@ -63,7 +75,7 @@ type windowShard struct {
 // whole seconds, at least 1 s) and builds the cache. what names the
 // signer in errors ("presign: s3").
 func newWindowCache(what string, ttl, window time.Duration, maxEntries int) (*windowCache, error) {
-	if ttl < time.Second || ttl > MaxS3PresignTTL || ttl%time.Second != 0 {
+	if ttl < time.Second || ttl > MaxTTL || ttl%time.Second != 0 {
 		return nil, errors.New(what + ": ttl must be whole seconds between 1s and 7 days")
 	}
 	if window == 0 {
@@ -76,7 +88,7 @@ func newWindowCache(what string, ttl, window time.Duration, maxEntries int) (*wi
 		return nil, errors.New(what + ": window must be whole seconds between 1s and the ttl")
 	}
 	if maxEntries <= 0 {
-		maxEntries = DefaultS3PresignMaxEntries
+		maxEntries = DefaultMaxEntries
 	}
 	c := &windowCache{
 		ttl:     int64(ttl / time.Second),

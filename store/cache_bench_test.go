@@ -91,7 +91,7 @@ func BenchmarkCachedGrantS3(b *testing.B) {
 		"createdAtMs": benchNowMs, "expiresAtMs": benchNowMs + 3600_000,
 	}
 	id := s3test.PutSegment(b, srv.Client(), "bench", "", body, s3test.RecordHeader(rec))
-	s, err := store.NewS3(context.Background(), store.S3Config{
+	s, err := store.NewS3(context.Background(), store.S3Options{
 		Bucket: "bench", Region: srv.Region, Endpoint: srv.Endpoint,
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true,
 	})

@@ -19,12 +19,20 @@ import (
 //
 // Waiting reads are admitted round-robin across tenants: each tenant (the
 // verified audience, WithTenant) has its own FIFO, and a freed slot goes
-// to the head of the next tenant's list in turn, so a tenant with 400 cold
-// segments queued delays a tenant with 2 by at most one read per slot
-// freed, not by its 400. When the list is full, a newcomer whose tenant
+// to the head of the next tenant's list in turn, among the tenants that
+// hold the fewest slots (a tenant holding none goes first), so a tenant
+// with 400 cold segments queued delays a tenant with 2 by at most one
+// read per slot freed, not by its 400. When the list is full, a newcomer whose tenant
 // has fewer reads waiting than the tenant with the most pushes out that
 // tenant's newest waiter (which fails ErrOverloaded) instead of being
 // refused itself: a storming tenant cannot hold the whole list either.
+//
+// With Adaptive, Slots is a ceiling and the gate finds how many reads the
+// store serves at once without queueing them inside itself (adaptive.go):
+// a store that saturates (its reads slow down as more run) gets fewer at
+// once, so a read admitted for another tenant runs at about the store's
+// unloaded speed instead of beside 15 slowed ones; a store whose reads
+// keep their latency however many run (a remote S3) keeps all of Slots.
 //
 // Streams of the inner store (a segment served uncached) hold no slot:
 // their length is the client's, not the store's (the handler caps SQLite
@@ -70,6 +78,10 @@ type FairOptions struct {
 	QueueMax int
 	// QueueWait is the longest a read waits; 0: DefaultStoreQueueWait.
 	QueueWait time.Duration
+	// Adaptive makes Slots a ceiling: the reads admitted at once follow
+	// the store's read latency (adaptive.go), between
+	// min(Slots, AdaptiveFloor) and Slots, starting at the floor.
+	Adaptive bool
 }
 
 // DefaultFairOptions returns the defaults of a remote store: 16 slots,
@@ -97,9 +109,11 @@ func TenantOf(ctx context.Context) string {
 }
 
 // FairStats is the gate's state: slots in use, reads waiting (gauges) and
-// reads refused ErrOverloaded since the store was built.
+// reads refused ErrOverloaded since the store was built; Limit is how
+// many reads it admits at once now (Slots, or the adaptive limit).
 type FairStats struct {
 	InUse, Waiting, Refused int64
+	Limit                   int64
 }
 
 // fairGate is the slots and the waiting list. A nil *fairGate admits
@@ -110,14 +124,19 @@ type fairGate struct {
 	// timer returns a channel that fires after d and its stop function
 	// (injected by tests; time.NewTimer otherwise).
 	timer func(d time.Duration) (<-chan time.Time, func() bool)
+	// now times the reads of the adaptive limit (injected by tests).
+	now func() time.Time
 
 	mu      sync.Mutex
+	limit   int       // reads admitted at once: slots, or the adaptive limit
+	adapt   *adaptive // nil: limit is slots
 	inUse   int
 	waiting int
 	tenants map[string]*tenantQueue // tenants with waiters
+	held    map[string]int          // slots in use, by tenant
 	ring    []*tenantQueue          // the same, in admission order
 
-	inUseG, waitingG, refused atomic.Int64
+	inUseG, waitingG, refused, limitG atomic.Int64
 }
 
 type tenantQueue struct {
@@ -140,14 +159,23 @@ func newFairGate(o FairOptions) *fairGate {
 	if o.QueueWait <= 0 {
 		o.QueueWait = DefaultStoreQueueWait
 	}
-	return &fairGate{
+	g := &fairGate{
 		slots: o.Slots, queueMax: max(o.QueueMax, 0), wait: o.QueueWait,
 		timer: func(d time.Duration) (<-chan time.Time, func() bool) {
 			t := time.NewTimer(d)
 			return t.C, t.Stop
 		},
+		now:     time.Now,
+		limit:   o.Slots,
 		tenants: map[string]*tenantQueue{},
+		held:    map[string]int{},
 	}
+	if o.Adaptive {
+		g.adapt = newAdaptive(o.Slots)
+		g.limit = g.adapt.limit
+	}
+	g.limitG.Store(int64(g.limit))
+	return g
 }
 
 // acquire takes a slot for the tenant of ctx, waiting for one if need be
@@ -160,14 +188,16 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	tenant := TenantOf(ctx)
 	g.mu.Lock()
-	if g.inUse < g.slots && g.waiting == 0 {
+	if g.inUse < g.limit && g.waiting == 0 {
 		g.inUse++
 		g.inUseG.Store(int64(g.inUse))
+		g.held[tenant]++
 		g.mu.Unlock()
-		return g.releaser(), nil
+		return g.releaser(tenant), nil
 	}
-	w, ok := g.enqueueLocked(TenantOf(ctx))
+	w, ok := g.enqueueLocked(tenant)
 	g.mu.Unlock()
 	if !ok {
 		g.refused.Add(1)
@@ -208,14 +238,14 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 		// Admitted as ctx ended: the read would fail at once (and
 		// count against the store), so the slot goes on to the next
 		// waiter.
-		g.release()
+		g.release(time.Time{}, tenant)
 		if errors.Is(err, context.DeadlineExceeded) {
 			g.refused.Add(1)
 			return nil, fmt.Errorf("%w (waited for a read slot)", ErrOverloaded)
 		}
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	return g.releaser(), nil
+	return g.releaser(tenant), nil
 }
 
 // settledLocked reports whether w was admitted or pushed out already.
@@ -228,27 +258,73 @@ func (g *fairGate) settledLocked(w *waiter) bool {
 	}
 }
 
-// releaser returns the release function of one slot (idempotent).
-func (g *fairGate) releaser() func() {
+// releaser returns the release function of one slot (idempotent); the
+// time it held the slot is the read's latency of the adaptive limit.
+func (g *fairGate) releaser(tenant string) func() {
 	var once sync.Once
-	return func() { once.Do(g.release) }
+	var start time.Time
+	if g.adapt != nil {
+		start = g.now()
+	}
+	return func() { once.Do(func() { g.release(start, tenant) }) }
 }
 
-// release hands the slot to the next tenant's oldest waiter, or frees it.
-func (g *fairGate) release() {
+// release hands the slot to the next tenant's oldest waiter, or frees it
+// (when none waits, or the adaptive limit is now below the slots in
+// use). start is when the read took the slot (zero: no read ran);
+// tenant is whose read it was.
+func (g *fairGate) release(start time.Time, tenant string) {
+	var held time.Duration
+	if g.adapt != nil && !start.IsZero() {
+		held = max(g.now().Sub(start), 1)
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.ring) == 0 {
+	if g.held[tenant]--; g.held[tenant] <= 0 {
+		delete(g.held, tenant)
+	}
+	if held > 0 {
+		if l := g.adapt.observe(held, g.now()); l != g.limit {
+			g.limit = l
+			g.limitG.Store(int64(l))
+		}
+	}
+	if len(g.ring) == 0 || g.inUse > g.limit {
 		g.inUse--
 		g.inUseG.Store(int64(g.inUse))
 		return
 	}
-	tq := g.ring[0]
+	g.grantLocked()
+	// A limit that grew admits more waiters at once.
+	for len(g.ring) > 0 && g.inUse < g.limit {
+		g.inUse++
+		g.inUseG.Store(int64(g.inUse))
+		g.grantLocked()
+	}
+}
+
+// grantLocked passes a slot already counted in inUse to the oldest
+// waiter of the next tenant in turn: the first in the ring among the
+// tenants holding the fewest slots, so a tenant that holds none (one
+// arriving beside a storm) is served at the next release, and a tenant
+// whose reads run one at a time is not made to alternate with one
+// holding every slot. Among tenants holding as many, the order is the
+// ring's (round-robin).
+func (g *fairGate) grantLocked() {
+	i := 0
+	for j, t := range g.ring {
+		if g.held[t.key] < g.held[g.ring[i].key] {
+			i = j
+		}
+	}
+	tq := g.ring[i]
 	w := tq.q[0]
 	tq.q[0] = nil
 	tq.q = tq.q[1:]
-	g.ring[0] = nil
-	g.ring = g.ring[1:]
+	copy(g.ring[i:], g.ring[i+1:])
+	g.ring[len(g.ring)-1] = nil
+	g.ring = g.ring[:len(g.ring)-1]
+	g.held[tq.key]++
 	if len(tq.q) > 0 {
 		g.ring = append(g.ring, tq) // its next read waits for its next turn
 	} else {
@@ -257,7 +333,7 @@ func (g *fairGate) release() {
 	g.waiting--
 	g.waitingG.Store(int64(g.waiting))
 	w.granted = true
-	close(w.ready) // the slot passes to w: inUse unchanged
+	close(w.ready) // the slot passes to w
 }
 
 // enqueueLocked adds a waiter for tenant, pushing out the newest waiter
@@ -323,5 +399,5 @@ func (g *fairGate) stats() FairStats {
 	if g == nil {
 		return FairStats{}
 	}
-	return FairStats{InUse: g.inUseG.Load(), Waiting: g.waitingG.Load(), Refused: g.refused.Load()}
+	return FairStats{InUse: g.inUseG.Load(), Waiting: g.waitingG.Load(), Refused: g.refused.Load(), Limit: g.limitG.Load()}
 }

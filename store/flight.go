@@ -33,18 +33,13 @@ type flightCall[T any] struct {
 	done    chan struct{}
 	val     T
 	err     error
-	waiters int // callers attached (for tests)
+	waiters int // callers attached (read by tests: flight_export_test.go)
 }
 
-// do returns fn's result for key, running fn only when no call for key is
-// under way; ctx ends only this caller's wait.
-func (g *flight[T]) do(ctx context.Context, key string, timeout time.Duration, fn func(context.Context) (T, error)) (T, error) {
-	v, _, err := g.doJoined(ctx, key, timeout, fn)
-	return v, err
-}
-
-// doJoined is do, and reports whether this caller joined a call another
-// caller had started (rather than starting it).
+// doJoined returns fn's result for key, running fn only when no call for
+// key is under way; ctx ends only this caller's wait. joined reports
+// whether this caller joined a call another caller had started (rather
+// than starting it).
 func (g *flight[T]) doJoined(ctx context.Context, key string, timeout time.Duration, fn func(context.Context) (T, error)) (val T, joined bool, err error) {
 	g.mu.Lock()
 	if g.calls == nil {
@@ -88,16 +83,6 @@ func (g *flight[T]) run(ctx context.Context, cancel context.CancelFunc, key stri
 		close(fc.done)
 	}()
 	fc.val, fc.err = fn(ctx)
-}
-
-// waiting returns how many callers are attached to the call for key.
-func (g *flight[T]) waiting(key string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if fc := g.calls[key]; fc != nil {
-		return fc.waiters
-	}
-	return 0
 }
 
 // start runs fn for key in the background unless a call for key is under

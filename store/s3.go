@@ -22,7 +22,7 @@ import (
 	"github.com/syncular/caddy-syncular/segid"
 )
 
-// Defaults of S3Config.
+// Defaults of S3Options.
 const (
 	// s3MaxAttempts is the SDK retry budget per call: one try and one retry.
 	// Both run inside the call's timeout, so a fault surfaces within it.
@@ -31,9 +31,9 @@ const (
 	s3MaxBackoff = 250 * time.Millisecond
 )
 
-// S3Config configures an S3-compatible segment store (protocol §5.2):
+// S3Options configures an S3-compatible segment store (protocol §5.2):
 // AWS S3, Cloudflare R2, MinIO, versitygw.
-type S3Config struct {
+type S3Options struct {
 	// Bucket holds the segment objects. Required.
 	Bucket string
 	// Region signs requests. "auto" for R2. When empty, the SDK's chain
@@ -78,7 +78,7 @@ type S3 struct {
 
 // NewS3 builds the store. It performs no network I/O: credentials from the
 // default chain are fetched on first use.
-func NewS3(ctx context.Context, cfg S3Config) (*S3, error) {
+func NewS3(ctx context.Context, cfg S3Options) (*S3, error) {
 	if cfg.Bucket == "" {
 		return nil, errors.New("store: s3 bucket is required")
 	}

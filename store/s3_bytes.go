@@ -40,8 +40,10 @@ type S3Object struct {
 }
 
 // Open returns the bytes of segmentID from off, n bytes long (n < 0: to the
-// end), streamed from one GetObject. n == 0 returns an empty body without a
-// request. A range past the end is ErrRangeNotSatisfiable.
+// end), streamed from one GetObject, cut at the object's end as the Store
+// contract says. n == 0 returns an empty body without a request; the
+// store's 416 for an offset at or past the end (the only 416 a range built
+// here can get) is an empty body too.
 func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
 	if !segid.Valid(segmentID) {
 		return nil, ErrNotFound
@@ -60,6 +62,9 @@ func (s *S3) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadC
 		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
 	}
 	obj, err := s.OpenRange(ctx, segmentID, rng)
+	if errors.Is(err, ErrRangeNotSatisfiable) {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
 	if err != nil {
 		return nil, err
 	}

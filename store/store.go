@@ -100,6 +100,15 @@ type Store interface {
 	Lookup(ctx context.Context, segmentID string) (*Record, error)
 	// Open returns the segment's bytes from offset off, length n (n < 0:
 	// to the end). The caller closes the reader. ErrNotFound or a fault.
+	//
+	// The range is cut at the segment's end, as io.SectionReader cuts it,
+	// whatever the store: a range that runs past the end reads to the
+	// end, and an offset at or past the end reads nothing (an empty
+	// reader, no error). The 416 for a client's Range is the caller's,
+	// decided from Record.ByteLength before Open is called (protocol §6),
+	// so Open has none of its own; bytes shorter than their record then
+	// show as a short read, which a verified whole read reports. A
+	// negative offset is an error.
 	Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error)
 	// Close releases the store's resources.
 	Close() error

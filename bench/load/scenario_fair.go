@@ -47,6 +47,8 @@ type fairRun struct {
 	storm      bool
 	rounds     int
 	bLat       []time.Duration
+	bFirst     []time.Duration // each B client's first download
+	bStart     []time.Duration // when each of B's downloads started, after t0
 	bOK        int
 	aOK, aOver int
 	aOther     int
@@ -117,8 +119,9 @@ func fairScenario(e *env, rep *report) error {
 		if err != nil {
 			return err
 		}
-		log.Printf("(m) %s: B %d/%d right, p50 %s p95 %s; A %d right, %d overloaded, %d other, slowest %s; %s",
+		log.Printf("(m) %s: B %d/%d right, p50 %s p95 %s (first downloads %s, B done at %s); A %d right, %d overloaded, %d other, slowest %s; %s",
 			res.name, res.bOK, len(bSegs), pct(res.bLat, 0.5).Round(time.Millisecond), pct(res.bLat, 0.95).Round(time.Millisecond),
+			roundAll(res.bFirst), maxDur(res.bStart).Round(time.Millisecond),
 			res.aOK, res.aOver, res.aOther, res.aSlowest.Round(time.Millisecond), res.took.Round(time.Millisecond))
 		p := pooled[r.name]
 		if p == nil {
@@ -221,9 +224,14 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 		go func() {
 			defer wgB.Done()
 			for i := c; i < len(bSegs); i += fairBClients {
+				started := time.Since(t0)
 				_, _, right, took := get(bSegs[i])
 				mu.Lock()
 				res.bLat = append(res.bLat, took)
+				res.bStart = append(res.bStart, started)
+				if i == c {
+					res.bFirst = append(res.bFirst, took)
+				}
 				if right {
 					res.bOK++
 				}
@@ -339,4 +347,20 @@ func fairMarkdown(w func(string, ...any), runs []*fairRun) {
 			pct(r.bLat, 0.95).Round(100*time.Microsecond), ratio, a, r.took.Round(time.Millisecond))
 	}
 	w("\n%s\n\n", strings.TrimSpace("B's segments are read in both rows from a cold edge: a record lookup and a fill each, so B's time is two store reads; beside the storm each waits for its tenant's turn at a slot."))
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}
+
+func maxDur(ds []time.Duration) time.Duration {
+	var m time.Duration
+	for _, d := range ds {
+		m = max(m, d)
+	}
+	return m
 }

@@ -16,9 +16,6 @@ func PathForTest(c *Cache, key string) string { return c.path(key) }
 // file before it is verified (a non-nil error fails the build).
 func SetVariantHookForTest(c *Cache, hook func(f *os.File) error) { c.hooks.variant = hook }
 
-// VariantsBuildingForTest is how many variant builds run now.
-func VariantsBuildingForTest(c *Cache) int { return c.variantsBuilding() }
-
 // SetGrowHookForTest makes every write of a growing variant write
 // hook(p) instead of p (a corrupting hook returns an altered copy).
 func SetGrowHookForTest(c *Cache, hook func(p []byte) []byte) { c.hooks.grow = hook }

@@ -399,13 +399,3 @@ func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding comp
 	st := stampOf(fi)
 	return st, compress.Verify(coding, compress.ContextReader(c.ctx, f), segmentID, size)
 }
-
-// variantsBuilding is how many builds run (tests).
-func (c *Cache) variantsBuilding() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.vs == nil {
-		return 0
-	}
-	return len(c.vs.building)
-}
