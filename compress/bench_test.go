@@ -192,8 +192,9 @@ func BenchmarkMatchIfNoneMatch(b *testing.B) {
 
 // BenchmarkStormLevels measures the candidate levels of the storm path
 // (a variant encoded while its segment is filled and followed): gzip 1
-// and 6, zstd fastest and default, one goroutine each. It runs only with
-// COMPRESS_LEVELS=1.
+// and 6, zstd fastest and default at the storm window, and zstd default
+// at 8 and 1 MiB, one goroutine each, flushed as the storm path flushes.
+// It runs only with COMPRESS_LEVELS=1.
 func BenchmarkStormLevels(b *testing.B) {
 	if os.Getenv("COMPRESS_LEVELS") != "1" {
 		b.Skip("set COMPRESS_LEVELS=1 to run the level sweep")
@@ -205,8 +206,10 @@ func BenchmarkStormLevels(b *testing.B) {
 	}{
 		{"gzip-1", Gzip, coder{gzipLevel: 1}},
 		{"gzip-6", Gzip, coder{gzipLevel: 6}},
-		{"zstd-fastest", Zstd, coder{zstdLevel: zstd.SpeedFastest, zstdConcurrency: 1}},
-		{"zstd-default", Zstd, coder{zstdLevel: zstd.SpeedDefault, zstdConcurrency: 1}},
+		{"zstd-fastest", Zstd, coder{zstdLevel: zstd.SpeedFastest, zstdConcurrency: 1, zstdWindow: StormZstdWindow}},
+		{"zstd-default", Zstd, coder{zstdLevel: zstd.SpeedDefault, zstdConcurrency: 1, zstdWindow: StormZstdWindow}},
+		{"zstd-default-8MiB", Zstd, coder{zstdLevel: zstd.SpeedDefault, zstdConcurrency: 1, zstdWindow: 8 << 20}},
+		{"zstd-default-1MiB", Zstd, coder{zstdLevel: zstd.SpeedDefault, zstdConcurrency: 1, zstdWindow: 1 << 20}},
 	}
 	for _, d := range loadBench(b) {
 		if d.name != "sqlite" {
@@ -219,7 +222,7 @@ func BenchmarkStormLevels(b *testing.B) {
 				start := cpuTime()
 				for b.Loop() {
 					var w discardCounter
-					if err := cf.k.encodeFlushing(cf.c, &w, bytes.NewReader(d.bytes), StormFlushEvery, nil); err != nil {
+					if err := cf.k.encodeFlushing(cf.c, &w, bytes.NewReader(d.bytes), StormFirstFlush, StormFlushEvery, nil); err != nil {
 						b.Fatal(err)
 					}
 					n = w.n

@@ -83,6 +83,15 @@ type coder struct {
 	zstdLevel        zstd.EncoderLevel
 	zstdConcurrency  int
 	zstdConcurrentBk bool // zstd.WithConcurrentBlocks
+	zstdWindow       int  // 0: ZstdWindow
+}
+
+// window is the zstd window of k's encoders.
+func (k coder) window() int {
+	if k.zstdWindow > 0 {
+		return k.zstdWindow
+	}
+	return ZstdWindow
 }
 
 func chosen() coder {

@@ -9,28 +9,48 @@ import (
 )
 
 // The storm path: a variant encoded while its segment is still being
-// filled, with readers following the encoder's output. Its levels favour
-// speed (the encoder paces every follower), its output is flushed every
-// StormFlushEvery bytes of input so followers get bytes as they land.
-// Measured on a 66.6 MB SQLite image (BenchmarkStormLevels, one core of
-// CPU time): gzip 1 2.50x at 226 MB/s, gzip 6 2.74x at 118 MB/s, zstd
-// fastest 2.75x at 235 MB/s, zstd default 2.87x at 192 MB/s. The better
-// two are kept: even the slower encodes 64 MiB in about 0.6 s, far less
-// than a mobile client needs to receive the variant, so the encoder does
-// not hold a follower back while the ratio is what every follower (and
-// every later hit of the kept variant) pays for.
+// filled, with readers following the encoder's output. Its output is
+// flushed first after StormFirstFlush bytes of input, then every
+// StormFlushEvery, so followers get bytes as they land.
+//
+// Levels, measured on a 66.6 MB SQLite image (BenchmarkStormLevels, one
+// core of CPU time): gzip 1 2.50x at 226 MB/s, gzip 6 2.74x at 118 MB/s,
+// zstd fastest 2.75x at 235 MB/s, zstd default 2.87x at 192 MB/s. The
+// better two are kept: even the slower encodes 64 MiB in about 0.6 s, far
+// less than a mobile client needs to receive the variant, so the encoder
+// does not hold a follower back while the ratio is what every follower
+// (and every later hit of the kept variant) pays for.
+//
+// What does hold the first byte back is the encoder's start: every
+// follower waits for the first flush. zstd's window sets its history
+// buffer (twice the window, allocated at the first block: 16 MiB for
+// 8 MiB), and allocating that while a crowd of requests runs took tens
+// of milliseconds on a loaded edge; a 256 KiB first block added its
+// encoding. StormZstdWindow is 2 MiB (a 4 MiB history; the ratio on the
+// image above is 2.869x against 2.870x at 8 MiB, 2.862x at 1 MiB): zstd
+// default's match tables do not reach much further back anyway. The
+// first flush comes after 64 KiB, one block, encoded in about a
+// millisecond.
 const (
 	// StormGzipLevel is gzip's level on the storm path.
 	StormGzipLevel = 6
 	// StormZstdLevel is zstd's level on the storm path.
 	StormZstdLevel = zstd.SpeedDefault
+	// StormZstdWindow is zstd's window on the storm path (the frame
+	// header declares it; within RFC 9659's 8 MiB for browsers).
+	StormZstdWindow = 2 << 20
+	// StormFirstFlush is how much input the storm encoder takes before
+	// its first flush: the bytes every follower waits for, and those
+	// that decide whether the variant shrinks the segment.
+	StormFirstFlush = 64 << 10
 	// StormFlushEvery is how much input the storm encoder takes between
-	// two flushes of its output.
+	// two later flushes of its output.
 	StormFlushEvery = 256 << 10
 )
 
 // EncodeStorm writes src compressed with c to dst at the storm levels,
-// flushing the coder every StormFlushEvery bytes of input. After each
+// flushing the coder after the first StormFirstFlush bytes of input and
+// then every StormFlushEvery. After each
 // flush it calls flushed (when not nil) with the input read and the
 // output written so far, both ending on that flush point; an error from
 // flushed stops the encoding and is returned. It returns the compressed
@@ -38,7 +58,7 @@ const (
 // flushed decides (its readers may already be following it).
 func EncodeStorm(c Coding, dst io.Writer, src io.Reader, flushed func(in, out int64) error) (written int64, err error) {
 	cw := &countWriter{w: dst}
-	k := coder{gzipLevel: StormGzipLevel, zstdLevel: StormZstdLevel, zstdConcurrency: 1}
+	k := coder{gzipLevel: StormGzipLevel, zstdLevel: StormZstdLevel, zstdConcurrency: 1, zstdWindow: StormZstdWindow}
 	var in int64
 	var onFlush func(n int) error
 	if flushed != nil {
@@ -47,7 +67,7 @@ func EncodeStorm(c Coding, dst io.Writer, src io.Reader, flushed func(in, out in
 			return flushed(in, cw.n)
 		}
 	}
-	err = k.encodeFlushing(c, cw, src, StormFlushEvery, onFlush)
+	err = k.encodeFlushing(c, cw, src, StormFirstFlush, StormFlushEvery, onFlush)
 	return cw.n, err
 }
 
@@ -56,10 +76,11 @@ type flushWriteCloser interface {
 	Flush() error
 }
 
-// encodeFlushing is encode with a flush of the coder after every every
-// bytes of input, then a call of onFlush (when not nil) with the bytes
-// of input since the last.
-func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, every int, onFlush func(n int) error) error {
+// encodeFlushing is encode with a flush of the coder after the first
+// first bytes of input and then after every every bytes, each followed
+// by a call of onFlush (when not nil) with the bytes of input since the
+// last.
+func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, first, every int, onFlush func(n int) error) error {
 	var zw flushWriteCloser
 	switch c {
 	case Gzip:
@@ -71,7 +92,7 @@ func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, every int,
 	case Zstd:
 		w, err := zstd.NewWriter(dst,
 			zstd.WithEncoderLevel(k.zstdLevel),
-			zstd.WithWindowSize(ZstdWindow),
+			zstd.WithWindowSize(k.window()),
 			zstd.WithEncoderConcurrency(max(1, k.zstdConcurrency)))
 		if err != nil {
 			return fmt.Errorf("compress: zstd: %w", err)
@@ -80,9 +101,14 @@ func (k coder) encodeFlushing(c Coding, dst io.Writer, src io.Reader, every int,
 	default:
 		return fmt.Errorf("%w: %v", ErrCoding, c)
 	}
-	buf := make([]byte, every)
+	buf := make([]byte, max(first, every))
+	next := min(first, every)
+	if next <= 0 {
+		next = every
+	}
 	for {
-		n, rerr := io.ReadFull(src, buf)
+		n, rerr := io.ReadFull(src, buf[:next])
+		next = every
 		if n > 0 {
 			if _, err := zw.Write(buf[:n]); err != nil {
 				zw.Close()

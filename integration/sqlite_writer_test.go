@@ -21,14 +21,18 @@ import (
 // writer in the reference's configuration (one connection, no busy
 // timeout) commits a small transaction every 20 ms while a crowd of cold
 // clients downloads 8 segments, one of them 24 MiB (a disk-tier fill),
-// through the real binary. In a rollback-journal file at most 1 commit in
-// 8 (rounded up) may fail; in WAL none. Every body must hash to its id.
-// The edge before the lock-free fills failed 10-50% of such commits (14 of
-// 64 in this test). So the bound is a regression check, not the target:
-// this storm is one cold second in which every segment's record is looked
-// up at once, and the lookups' short read locks still meet 0 to 4 of its
-// ~50 commits (measured: 0, 1, 0, 2, 1, 1, 0, 2, and once 4 of 47). The
-// target of 1 in 500 is the bench's writer scenario (k) to report.
+// through the real binary. In a rollback-journal file the crowd comes
+// several times (SYNCULAR_WRITER_ROUNDS cold storms, default 4, each on a
+// fresh file and edge, about 50 commits each) and at most 1 commit in 25
+// (rounded up) may fail over all of them; in WAL none. Every body must
+// hash to its id. The failures left are record reads (one or two batches
+// per burst, then the record cache's refreshes) whose thread the machine
+// descheduled while it held its lock. Measured on a shared 2-core machine
+// at load average 10-15: this edge 1 of 209, 4 of 194 and 1 of 188; the
+// edge before batched record reads 2 of 193 and 5 of 204 (so on a loaded
+// machine this bound does not tell the two apart: the rate is the bench's
+// writer scenario (k) to report, over more commits); the edge before the
+// lock-free fills failed 10-50% of such commits (14 of 64 in one storm).
 
 const writerSite = `{
 	admin 127.0.0.1:{{ADMIN}}
@@ -76,58 +80,92 @@ func TestSQLiteWriterBesideStorm(t *testing.T) {
 	segs := writerSegments()
 	for _, mode := range []string{"delete", "wal"} {
 		t.Run(mode, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "sync.db")
-			ids := seedStore(t, path, mode, segs...)
-			if err := busywriter.Prepare(path); err != nil {
-				t.Fatal(err)
+			rounds := 1
+			if mode == "delete" {
+				rounds = writerRounds()
 			}
-			key := randKey(t)
-			c := startCaddy(t, strings.Replace(writerSite, "STORE_PATH", path, 1), "SEG_KEY="+key)
-
-			probe, err := busywriter.StartProbe(path, 500*time.Microsecond)
-			if err != nil {
-				t.Fatal(err)
+			var total busywriter.Result
+			for round := 1; round <= rounds; round++ {
+				res := writerStorm(t, mode, segs)
+				t.Logf("%s round %d/%d: %s", mode, round, rounds, res)
+				total.Commits += res.Commits
+				total.Failed += res.Failed
 			}
-			defer probe.Stop()
-			w, err := busywriter.Start(path, 20*time.Millisecond)
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(200 * time.Millisecond) // the writer runs before, during and after the storm
-			start := time.Now()
-			bad := stormAll(t, c.Base, key, ids, writerClients())
-			took := time.Since(start)
-			time.Sleep(200 * time.Millisecond)
-			res := w.Stop()
-			share, samples := probe.Share()
-			t.Logf("%s: %d clients x %d segments in %s; writer: %s; edge held a read lock in %.2f%% of %d samples",
-				mode, writerClients(), len(ids), took.Round(time.Millisecond), res, 100*share, samples)
-			if bad != "" {
-				t.Errorf("downloads: %s", bad)
-			}
-			if res.Commits < 10 {
-				t.Fatalf("only %d commits: the writer did not run", res.Commits)
+			if total.Commits < 10*rounds {
+				t.Fatalf("only %d commits in %d storms: the writer did not run", total.Commits, rounds)
 			}
 			switch mode {
 			case "wal":
-				if res.Failed != 0 {
-					t.Errorf("WAL: %s, want 0 failed", res)
+				if total.Failed != 0 {
+					t.Errorf("WAL: %d of %d commits failed, want 0", total.Failed, total.Commits)
 				}
 			default:
-				// At most 1 in 8, rounded up (see the comment above).
-				if allowed := (res.Commits + 7) / 8; res.Failed > allowed {
-					t.Errorf("rollback journal: %s, want at most %d (1 in 8, rounded up)", res, allowed)
+				// At most 1 in 25, rounded up (see the comment above).
+				if allowed := (total.Commits + 24) / 25; total.Failed > allowed {
+					t.Errorf("rollback journal: %d of %d commits failed in %d storms, want at most %d (1 in 25, rounded up)",
+						total.Failed, total.Commits, rounds, allowed)
 				}
-			}
-			// One warning naming the fix, in rollback mode only.
-			logs, _ := os.ReadFile(filepath.Join(c.Dir(), "server.log"))
-			warned := strings.Count(string(logs), "PRAGMA journal_mode=WAL")
-			if want := map[string]int{"delete": 1, "wal": 0}[mode]; warned != want {
-				t.Errorf("%d journal-mode warnings in the log, want %d:\n%s", warned, want, logs)
 			}
 		})
 	}
+}
+
+// writerRounds is how many cold storms the rollback-journal case runs
+// (SYNCULAR_WRITER_ROUNDS overrides).
+func writerRounds() int {
+	n := 4
+	if v := os.Getenv("SYNCULAR_WRITER_ROUNDS"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	return max(1, min(n, 50))
+}
+
+// writerStorm runs one cold storm on a fresh file in mode beside the
+// writer, checks the downloads and the journal-mode warning, and returns
+// what the writer did.
+func writerStorm(t *testing.T, mode string, segs [][]byte) busywriter.Result {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sync.db")
+	ids := seedStore(t, path, mode, segs...)
+	if err := busywriter.Prepare(path); err != nil {
+		t.Fatal(err)
+	}
+	key := randKey(t)
+	c := startCaddy(t, strings.Replace(writerSite, "STORE_PATH", path, 1), "SEG_KEY="+key)
+	defer c.Stop()
+
+	probe, err := busywriter.StartProbe(path, 500*time.Microsecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Stop()
+	w, err := busywriter.Start(path, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the writer runs before, during and after the storm
+	start := time.Now()
+	bad := stormAll(t, c.Base, key, ids, writerClients())
+	took := time.Since(start)
+	time.Sleep(200 * time.Millisecond)
+	res := w.Stop()
+	share, samples := probe.Share()
+	t.Logf("%s: %d clients x %d segments in %s; writer: %s; edge held a read lock in %.2f%% of %d samples",
+		mode, writerClients(), len(ids), took.Round(time.Millisecond), res, 100*share, samples)
+	for _, at := range res.FailedAt {
+		t.Logf("a failed commit began at %d (unix µs)", at.UnixMicro())
+	}
+	if bad != "" {
+		t.Errorf("downloads: %s", bad)
+	}
+	// One warning naming the fix, in rollback mode only.
+	logs, _ := os.ReadFile(filepath.Join(c.Dir(), "server.log"))
+	warned := strings.Count(string(logs), "PRAGMA journal_mode=WAL")
+	if want := map[string]int{"delete": 1, "wal": 0}[mode]; warned != want {
+		t.Errorf("%d journal-mode warnings in the log, want %d:\n%s", warned, want, logs)
+	}
+	return res
 }
 
 // stormAll has n clients download every segment once each, in an order of

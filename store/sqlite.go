@@ -73,7 +73,8 @@ type SQLite struct {
 	cur      atomic.Pointer[sqliteHandle] // nil once closed
 	reopenMu sync.Mutex
 
-	lockFreeCounters // sqlite_lockfree.go
+	lockFreeCounters   // sqlite_lockfree.go
+	recordReadCounters // sqlite_records.go
 }
 
 var errSQLiteClosed = errors.New("store: sqlite store is closed")
@@ -155,7 +156,12 @@ func (s *SQLite) Lookup(ctx context.Context, segmentID string) (*Record, error) 
 	for attempt := 0; ; attempt++ {
 		var rec *Record
 		var ver int64
-		err := h.retryBusy(ctx, func() (err error) { rec, ver, err = h.lookup(ctx, sh.flags, segmentID); return err })
+		var err error
+		if h.records != nil {
+			rec, ver, err = h.lookupRecord(ctx, sh, segmentID)
+		} else {
+			err = h.retryBusy(ctx, func() (err error) { rec, ver, err = h.lookup(ctx, sh.flags, segmentID); return err })
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("store: sqlite lookup: %w", ctx.Err())

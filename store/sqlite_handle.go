@@ -27,6 +27,7 @@ type sqliteHandle struct {
 	busy       time.Duration // how long retryBusy retries
 	probe      uint64        // the file for writerActive (sqlite_writerwait_*.go); 0: none
 	shape      atomic.Pointer[sqliteShape]
+	records    *recordReader // rollback journal: batched, snapshot lookups (sqlite_records.go)
 
 	stmtMu sync.Mutex
 	stmts  map[shapeFlags]*sql.Stmt // lookup statements per schema shape
@@ -75,6 +76,9 @@ func (s *SQLite) openHandle(ctx context.Context) (*sqliteHandle, error) {
 		return fail(fmt.Errorf("journal mode: %w", err))
 	}
 	h.journal = mode
+	if rollbackJournal(mode) {
+		h.records = newRecordReader(s.path, &s.recordReadCounters)
+	}
 	if s.onJournal != nil {
 		s.onJournal(s.path, h.journal)
 	}
@@ -99,7 +103,11 @@ func (h *sqliteHandle) close() error {
 	}
 	h.blobPool.close()
 	h.lockFree.close()
-	return h.db.Close()
+	err := h.db.Close()
+	if h.records != nil {
+		h.records.close() // last: see recordReader.close
+	}
+	return err
 }
 
 // retire waits for the operations using h, then closes it.
@@ -110,6 +118,9 @@ func (h *sqliteHandle) retire() error {
 		return nil
 	}
 	h.gone = true
+	if h.records != nil {
+		h.records.wg.Wait() // batches in flight (they do not hold use)
+	}
 	return h.close()
 }
 

@@ -24,8 +24,9 @@ import (
 // SHARED lock for as long as its read transaction lasts, and a writer that
 // commits meanwhile, with no busy handler (the reference sync server sets
 // none), fails at once with SQLITE_BUSY ("database is locked"). So every
-// read here holds its lock only as long as it reads: a record is one short
-// statement, a client's stream reads one chunk per transaction
+// read here holds its lock only as long as it reads: records are short
+// statements, several to one read transaction and kept while the file is
+// unchanged (sqlite_records.go), a client's stream reads one chunk per transaction
 // (sqlite_stream.go), and a locked fill (disk or memory tier) copies
 // [lockedChunk] bytes per transaction.
 //
@@ -41,7 +42,9 @@ import (
 // locked, chunked read when nothing was handed over yet, and otherwise
 // ends the fill with a transient fault (never a corruption verdict: a
 // locked re-read decides that). The record (publications, expiry, fences)
-// is never read lock-free: grants need a consistent snapshot.
+// is never read lock-free: grants need a consistent snapshot (one read
+// under a lock may be answered again while the file's header shows no
+// commit since, sqlite_records.go).
 //
 // A WAL file cannot be read with nolock (WAL needs the shared-memory
 // index, which nolock turns off): there readers never block the writer,

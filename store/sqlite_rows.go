@@ -28,6 +28,12 @@ func (h *sqliteHandle) lookup(ctx context.Context, f shapeFlags, id string) (rec
 	if err != nil {
 		return nil, 0, err
 	}
+	return scanLookup(ctx, st, f, id)
+}
+
+// scanLookup runs st, the record statement of shape f (on the pool or in
+// a transaction), for id.
+func scanLookup(ctx context.Context, st *sql.Stmt, f shapeFlags, id string) (rec *Record, ver int64, err error) {
 	rows, err := st.QueryContext(ctx, id)
 	if err != nil {
 		return nil, 0, err

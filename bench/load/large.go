@@ -31,9 +31,56 @@ import (
 const largeSize = 64 << 20
 
 var (
-	flagLargeRounds = flag.Int("large-rounds", 3, "rounds of the large-segment scenarios (e) and (g)")
-	flagWriteChunk  = flag.String("write-chunk", "", "the large-segment edges' `servers { timeouts { write_max_chunk } }` (e.g. 2MiB); empty: Caddy's default, 64 KiB")
+	flagLargeRounds   = flag.Int("large-rounds", 3, "rounds of the large-segment scenarios (e) and (g)")
+	flagWriteChunk    = flag.String("write-chunk", "", "the large-segment edges' `servers { timeouts { write_max_chunk } }` (e.g. 2MiB); empty: Caddy's default, 64 KiB")
+	flagLargeBackends = flag.String("large-backends", "sqlite,s3", "the stores (e) measures, comma-separated")
+	flagPprofCrowd    = flag.Duration("pprof-crowd", 5*time.Second, "with -pprof: how long the edge's CPU profile of each crowd of (e) and (l) runs from the crowd's release")
+	flagPprofHeapAt   = flag.Duration("pprof-heap-at", 2*time.Second, "with -pprof: when, after each crowd of (e) and (l) is released, the edge's heap profile (in use, after a GC) is taken")
 )
+
+// crowdProfiles starts, when -pprof is set, the profiles of a crowd just
+// released on the Caddy whose admin is on port admin: a CPU profile of
+// its first -pprof-crowd and a heap profile at -pprof-heap-at, saved as
+// <-pprof>/<name>-cpu.pprof and -heap.pprof. The returned func waits for
+// both and reports their errors; without -pprof it does nothing.
+func crowdProfiles(admin int, name string) func() error {
+	if *flagPprof == "" {
+		return func() error { return nil }
+	}
+	errs := make(chan error, 2)
+	go func() {
+		errs <- saveProfile(admin, *flagPprofCrowd, filepath.Join(*flagPprof, name+"-cpu.pprof"))
+	}()
+	go func() {
+		time.Sleep(*flagPprofHeapAt)
+		errs <- saveURL(fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap?gc=1", admin), filepath.Join(*flagPprof, name+"-heap.pprof"))
+	}()
+	return func() error { return errors.Join(<-errs, <-errs) }
+}
+
+// saveURL saves the body of a GET of u at path.
+func saveURL(u, path string) error {
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
 
 // largeSeg is the 64 MiB segment, made once per run.
 type largeSeg struct {

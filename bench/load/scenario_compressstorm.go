@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,12 +24,17 @@ import (
 	"github.com/syncular/caddy-syncular/store"
 )
 
-var flagStormClients = flag.Int("storm-clients", 100, "clients arriving together in (l)")
+var (
+	flagStormClients = flag.Int("storm-clients", 100, "clients arriving together in (l)")
+	flagStormAccept  = flag.String("storm-accept", "gzip, deflate, br, zstd;gzip", "the crowds of (l): their `Accept-Encoding` values, separated by ';'")
+	flagStormRounds  = flag.Int("storm-rounds", 1, "rounds of (l): each crowd runs once per round on its own fresh edge, the order reversed every other round")
+)
 
 // stormCodingRun is one crowd of (l): a fresh edge, cold, every client
 // sending the same Accept-Encoding.
 type stormCodingRun struct {
 	accept            string
+	round             int
 	clients, ok       int
 	fails             []string
 	identity          int64 // segment bytes
@@ -36,6 +42,7 @@ type stormCodingRun struct {
 	coded, growing    int   // answers with a Content-Encoding; of them, without a length
 	byCoding          map[string]int
 	firstByte         []float64 // s, from the release of the crowd to each client's first body byte
+	headers           []float64 // s, from the release of the crowd to each client's response headers
 	took              time.Duration
 	storeReads        int
 	rssIdle, rssPeak  int64 // KiB
@@ -84,13 +91,22 @@ func compressStormScenario(e *env, rep *report) error {
 	if err != nil {
 		return err
 	}
+	accepts := strings.Split(*flagStormAccept, ";")
 	var runs []*stormCodingRun
-	for i, accept := range []string{"gzip, deflate, br, zstd", "gzip"} {
-		r, err := e.compressStormRun(fmt.Sprintf("compress-storm-%d", i), dbPath, id, img, accept)
-		if err != nil {
-			return err
+	for round := range max(1, *flagStormRounds) {
+		for j := range accepts {
+			i := j
+			if round%2 == 1 { // ABBA: neither crowd always runs first
+				i = len(accepts) - 1 - j
+			}
+			accept := strings.TrimSpace(accepts[i])
+			r, err := e.compressStormRun(fmt.Sprintf("compress-storm-%d-%d", round, i), dbPath, id, img, accept)
+			if err != nil {
+				return err
+			}
+			r.round = round + 1
+			runs = append(runs, r)
 		}
-		runs = append(runs, r)
 	}
 	rep.addSection(func(w func(string, ...any)) { compressStormMarkdown(w, runs) })
 	return nil
@@ -158,6 +174,7 @@ func (e *env) compressStormRun(name, dbPath, id string, img []byte, accept strin
 				fail(err)
 				return
 			}
+			headers := time.Since(t0)
 			defer resp.Body.Close()
 			if resp.StatusCode != 200 {
 				fail(fmt.Errorf("status %d", resp.StatusCode))
@@ -211,11 +228,16 @@ func (e *env) compressStormRun(name, dbPath, id string, img []byte, accept strin
 				}
 			}
 			r.firstByte = append(r.firstByte, first.Seconds())
+			r.headers = append(r.headers, headers.Seconds())
 		}()
 	}
 	t0 = time.Now()
 	close(start)
+	prof := crowdProfiles(admin, name)
 	wg.Wait()
+	if err := prof(); err != nil {
+		log.Printf("(l) %s: pprof: %v", name, err)
+	}
 	r.took = time.Since(t0)
 	r.rssPeak, _ = procStatus(p.pid(), "VmHWM")
 	reads1, err := metricSum(admin, "caddy_syncular_disk_fills_total")
@@ -247,13 +269,22 @@ func (e *env) compressStormRun(name, dbPath, id string, img []byte, accept strin
 		r.bodiesN++
 	}
 	sort.Float64s(r.firstByte)
-	log.Printf("(l) %q: %d/%d ok in %s, wire %.3f x identity, coded %v (%d growing), store reads %d, first byte median %.0f ms, RSS idle %.1f peak %.1f MiB, fails %v",
+	log.Printf("(l) %q: %d/%d ok in %s, wire %.3f x identity, coded %v (%d growing), store reads %d, headers median %.0f ms, first byte median %.0f ms (min %.0f, p90 %.0f), RSS idle %.1f peak %.1f MiB, fails %v",
 		accept, r.ok, r.clients, r.took.Round(time.Millisecond), r.ratio(), r.byCoding, r.growing, r.storeReads,
-		median(r.firstByte)*1e3, mib(r.rssIdle), mib(r.rssPeak), r.fails)
+		median(r.headers)*1e3, median(r.firstByte)*1e3, r.firstByteAt(0)*1e3, r.firstByteAt(0.9)*1e3, mib(r.rssIdle), mib(r.rssPeak), r.fails)
 	if r.ok < r.clients {
 		logWarnings(p, name)
 	}
 	return r, nil
+}
+
+// firstByteAt is the q quantile of the first byte (r.firstByte sorted).
+func (r *stormCodingRun) firstByteAt(q float64) float64 {
+	n := len(r.firstByte)
+	if n == 0 {
+		return 0
+	}
+	return r.firstByte[min(n-1, int(float64(n)*q))]
 }
 
 // ratio is the wire bytes over as many identity answers.
@@ -289,15 +320,11 @@ func decodeBody(coding string, b []byte) ([]byte, error) {
 func compressStormMarkdown(w func(string, ...any), runs []*stormCodingRun) {
 	w("## (l) %d clients arriving together on a cold edge, a compressible 64 MiB SQLite image\n\n", *flagStormClients)
 	w("A fresh edge (empty disk directory, the record read by one HEAD) answers a crowd released at once, every client sending the same `Accept-Encoding`: the variant is encoded as the disk tier's fill lands and the clients follow it. Wire = body bytes received by all clients / (clients × identity). Every body is checked: each client hashes what it received, and one body per distinct hash is decoded and hashed against the segment id. First byte: from the crowd's release to each client's first body byte. Store reads: disk fills plus pass-through streams. RSS: VmHWM over the edge's life against its idle VmRSS.\n\n")
-	w("| Accept-Encoding | answered | codings | followed a growing variant | wire / identity | store reads | first byte median (p90) | wall time | RSS idle → peak | bodies checked (distinct decoded) |\n|---|---|---|---|---:|---|---|---:|---|---|\n")
+	w("| round | Accept-Encoding | answered | codings | followed a growing variant | wire / identity | store reads | headers median | first byte median (p90) | wall time | RSS idle → peak | bodies checked (distinct decoded) |\n|---|---|---|---|---|---:|---|---|---|---:|---|---|\n")
 	for _, r := range runs {
-		p90 := 0.0
-		if n := len(r.firstByte); n > 0 {
-			p90 = r.firstByte[min(n-1, n*9/10)]
-		}
-		w("| `%s` | %d / %d | %v | %d | **%.3f×** (target ≤ 0.45: %s) | %d (target 1: %s) | %.0f ms (%.0f ms; target ≤ 100 ms: %s) | %.2f s | %.1f → %.1f MiB | %d (%d) |\n",
-			r.accept, r.ok, r.clients, r.byCoding, r.growing, r.ratio(), verdict(r.ratio() <= 0.45),
-			r.storeReads, verdict(r.storeReads == 1), median(r.firstByte)*1e3, p90*1e3, verdict(median(r.firstByte) <= 0.1),
+		w("| %d | `%s` | %d / %d | %v | %d | **%.3f×** (target ≤ 0.45: %s) | %d (target 1: %s) | %.0f ms | %.0f ms (%.0f ms; target ≤ 100 ms: %s) | %.2f s | %.1f → %.1f MiB | %d (%d) |\n",
+			r.round, r.accept, r.ok, r.clients, r.byCoding, r.growing, r.ratio(), verdict(r.ratio() <= 0.45),
+			r.storeReads, verdict(r.storeReads == 1), median(r.headers)*1e3, median(r.firstByte)*1e3, r.firstByteAt(0.9)*1e3, verdict(median(r.firstByte) <= 0.1),
 			r.took.Seconds(), mib(r.rssIdle), mib(r.rssPeak), r.bodiesN, r.verified)
 	}
 	for _, r := range runs {

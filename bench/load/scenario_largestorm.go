@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -18,6 +20,7 @@ type largeRound struct {
 	cpuCold, cpuWarm, cpuPlain, cpuNginx float64
 	coldReads, warmReads                 int
 	rssIdle, rssPeak                     int64 // KiB
+	rssPeakCold                          int64 // KiB, VmHWM after the cold crowd
 	coldRatio, warmRatio                 float64
 }
 
@@ -65,6 +68,9 @@ http://127.0.0.1:%d {
 	plainCPU := func() (float64, error) { return procCPU(plain.pid()) }
 	var results []*largeStormResult
 	for _, b := range largeBackends {
+		if !slices.Contains(strings.Split(*flagLargeBackends, ","), b) {
+			continue
+		}
 		res := &largeStormResult{backend: b}
 		for r := range *flagLargeRounds {
 			rd := &largeRound{}
@@ -91,12 +97,21 @@ http://127.0.0.1:%d {
 			rd.rssIdle, _ = procStatus(edge.pid(), "VmRSS")
 			reads0 := edge.storeReads()
 			edgeCPU := func() (float64, error) { return procCPU(edge.pid()) }
+			prof := crowdProfiles(edge.admin, name+"-cold")
 			if rd.cold, rd.cpuCold, err = cpuCrowd(edgeCPU, edge.url, l.bytes); err != nil {
 				return fmt.Errorf("%s cold: %w", name, err)
 			}
+			if err := prof(); err != nil {
+				log.Printf("(e) %s cold: pprof: %v", name, err)
+			}
+			rd.rssPeakCold, _ = procStatus(edge.pid(), "VmHWM")
 			reads1 := edge.storeReads()
+			prof = crowdProfiles(edge.admin, name+"-warm")
 			if rd.warm, rd.cpuWarm, err = cpuCrowd(edgeCPU, edge.url, l.bytes); err != nil {
 				return fmt.Errorf("%s warm: %w", name, err)
+			}
+			if err := prof(); err != nil {
+				log.Printf("(e) %s warm: pprof: %v", name, err)
 			}
 			rd.coldReads, rd.warmReads = reads1-reads0, edge.storeReads()-reads1
 			if rd.cold.ok+rd.warm.ok < 2*(*flagClients) {
@@ -112,10 +127,10 @@ http://127.0.0.1:%d {
 			}
 			rd.coldRatio = rd.plain.took.Seconds() / rd.cold.took.Seconds()
 			rd.warmRatio = rd.plain.took.Seconds() / rd.warm.took.Seconds()
-			log.Printf("(e) %s round %d: plain %s (%d ok), nginx %s (%d ok), cold %s (%d ok, %d store reads), warm %s (%d ok, %d store reads), RSS idle %.1f MiB peak %.1f MiB (first errors: %v / %v / %v / %v)",
+			log.Printf("(e) %s round %d: plain %s (%d ok), nginx %s (%d ok), cold %s (%d ok, %d store reads), warm %s (%d ok, %d store reads), RSS idle %.1f MiB peak %.1f MiB (%.1f after the cold crowd) (first errors: %v / %v / %v / %v)",
 				b, r+1, rd.plain.took.Round(time.Millisecond), rd.plain.ok, rd.nginx.took.Round(time.Millisecond), rd.nginx.ok,
 				rd.cold.took.Round(time.Millisecond), rd.cold.ok, rd.coldReads,
-				rd.warm.took.Round(time.Millisecond), rd.warm.ok, rd.warmReads, mib(rd.rssIdle), mib(rd.rssPeak),
+				rd.warm.took.Round(time.Millisecond), rd.warm.ok, rd.warmReads, mib(rd.rssIdle), mib(rd.rssPeak), mib(rd.rssPeakCold),
 				rd.plain.firstErr, rd.nginx.firstErr, rd.cold.firstErr, rd.warm.firstErr)
 			log.Printf("(e) %s round %d: server CPU per answer: cold %.1f ms, warm %.1f ms, file_server %.1f ms, nginx %.1f ms",
 				b, r+1, rd.cpuCold, rd.cpuWarm, rd.cpuPlain, rd.cpuNginx)

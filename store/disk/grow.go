@@ -21,8 +21,9 @@ import (
 // runs starts one build. The build follows the identity fill like any
 // other follower (its reader reads the fill's file with pread as bytes
 // land, never a second store read, and the fill never waits for it),
-// encodes at the storm levels (compress.EncodeStorm, flushed every
-// compress.StormFlushEvery bytes of input) into its own temporary file,
+// encodes at the storm levels (compress.EncodeStorm, flushed after the
+// first compress.StormFirstFlush bytes of input, then every
+// compress.StormFlushEvery) into its own temporary file,
 // and wakes its readers on every write. A verifier follows that file as
 // it grows, decoding and hashing it (compress.Verify). The variant is done
 // only when the identity fill verified (the encoder's reader ends cleanly
@@ -317,7 +318,7 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	n, err := w.file.Write(p)
 	w.n += int64(n)
 	// The bytes are published at flush points (flushed), not per write:
-	// one wake of every follower per StormFlushEvery of input, and
+	// one wake of every follower per flush of the encoder, and
 	// each reads what a flush completed.
 	w.vf.mu.Lock()
 	if err == nil && w.vf.err != nil { // the verifier failed: stop

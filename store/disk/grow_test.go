@@ -128,6 +128,55 @@ func TestGrowingVariantFollowedDuringFill(t *testing.T) {
 	}
 }
 
+// Followers of a growing variant attach and get their first compressed
+// bytes when only the encoder's first flush (compress.StormFirstFlush of
+// input, at most 64 KiB) has landed: the first byte of a crowd waits for
+// one small block, not for a larger share of the fill.
+func TestGrowingVariantFirstBytesAfterFirstFlush(t *testing.T) {
+	for _, coding := range []compress.Coding{compress.Gzip, compress.Zstd} {
+		t.Run(coding.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			c := newCache(t, disk.Options{Dir: dir})
+			s := compressible(2<<20, 9)
+			src := newStepSource(s.b, 32) // 64 KiB a step
+			if len(src.chunks[0]) != 64<<10 {
+				t.Fatalf("first step of %d bytes", len(src.chunks[0]))
+			}
+			h := get(t, c, s, src.Source)
+			defer h.Close()
+			vh, st := c.Variant(s.id, int64(len(s.b)), coding)
+			if st != disk.VariantFollowing || vh == nil {
+				t.Fatalf("state %d with the first 64 KiB landed, want following", st)
+			}
+			defer vh.Close()
+			r, err := vh.Reader(context.Background(), 0, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := &countingWriter{}
+			done := make(chan error, 1)
+			go func() {
+				_, err := io.Copy(out, r)
+				done <- err
+			}()
+			waitFor(t, "compressed bytes with only the first step landed", func() bool { return out.Len() > 0 })
+			if got := len(src.wrote); got != 1 {
+				t.Fatalf("%d steps written, want 1", got)
+			}
+			for range len(src.chunks) - 1 {
+				src.step <- struct{}{}
+			}
+			mustRead(t, h, s.b)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := decode(t, coding, out.buf.Bytes()); !bytes.Equal(got, s.b) {
+				t.Fatalf("decodes to %d bytes, not the segment", len(got))
+			}
+		})
+	}
+}
+
 // A growing variant whose bytes are corrupted on their way to its file
 // never completes an answer: every follower's reader returns an error and
 // never io.EOF, nothing is kept, and the coding is remembered as not worth
