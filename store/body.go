@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/syncular/caddy-syncular/compress"
 )
@@ -135,16 +136,49 @@ func (b *Body) WriteTo(w io.Writer) (int64, error) {
 			return k, corruptErr(err)
 		}
 	}
-	if b.size < 0 {
-		return io.Copy(w, onlyReader{b.r})
-	}
-	return io.CopyN(w, onlyReader{b.r}, b.size)
+	return copyPooled(w, b.r, b.size)
 }
 
-// onlyReader hides a reader's WriteTo (io.Copy would call it back).
-type onlyReader struct{ r io.Reader }
+// copier is the state of one copyPooled, pooled whole so that a copy
+// allocates nothing.
+type copier struct {
+	buf []byte
+	w   writerOnly
+	lr  io.LimitedReader
+}
 
-func (o onlyReader) Read(p []byte) (int, error) { return o.r.Read(p) }
+// writerOnly hides a writer's ReadFrom.
+type writerOnly struct{ io.Writer }
+
+var copiers = sync.Pool{New: func() any { return &copier{buf: make([]byte, copyBufSize)} }}
+
+// copyBufSize is copyPooled's buffer.
+const copyBufSize = 32 << 10
+
+// copyPooled writes n bytes of r to w (n < 0: to r's end) through a
+// pooled buffer, in Writes. Not io.Copy to w's ReadFrom: Caddy's idle
+// timeout writer hands each chunk on as an io.LimitedReader, and the
+// connection's generic ReadFrom then allocates a 32 KiB buffer per chunk
+// (for a body that is not a file: a file goes by sendfile). Fewer than n
+// bytes is io.ErrUnexpectedEOF.
+func copyPooled(w io.Writer, r io.Reader, n int64) (int64, error) {
+	c := copiers.Get().(*copier)
+	defer func() {
+		c.w.Writer, c.lr.R = nil, nil
+		copiers.Put(c)
+	}()
+	c.w.Writer = w
+	var src io.Reader = r
+	if n >= 0 {
+		c.lr = io.LimitedReader{R: r, N: n}
+		src = &c.lr
+	}
+	k, err := io.CopyBuffer(&c.w, src, c.buf)
+	if err == nil && n >= 0 && k < n {
+		err = io.ErrUnexpectedEOF
+	}
+	return k, err
+}
 
 // Close releases the body (a file descriptor of the disk tier).
 func (b *Body) Close() error {

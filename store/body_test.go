@@ -97,3 +97,55 @@ func TestBodyWriteTo(t *testing.T) {
 		t.Fatalf("corrupt stream: %d of %d bytes, %v", n, len(bad), err)
 	}
 }
+
+// caddyLikeWriter is a response writer whose ReadFrom hands its source on
+// in 64 KiB io.LimitedReaders, as Caddy's idle timeout writer does: a
+// copy through its ReadFrom allocates a buffer per chunk.
+type caddyLikeWriter struct{ n int64 }
+
+func (w *caddyLikeWriter) Write(p []byte) (int, error) { w.n += int64(len(p)); return len(p), nil }
+func (w *caddyLikeWriter) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		k, err := io.Copy(writerOnly{w}, io.LimitReader(r, 64<<10))
+		total += k
+		if err != nil || k == 0 {
+			return total, err
+		}
+	}
+}
+
+// A streamed body (neither memory nor a complete file) is copied through
+// one pooled buffer: writing it allocates nothing, however many chunks
+// the writer would cut it into.
+func TestBodyStreamCopyAllocs(t *testing.T) {
+	data := seg(1<<20, 9)
+	rd := bytes.NewReader(data)
+	var src io.Reader = onlyReadFor(rd)
+	w := &caddyLikeWriter{}
+	for _, size := range []int64{int64(len(data)), -1} {
+		b := &Body{kind: bodyStream, size: size, r: src}
+		allocs := testing.AllocsPerRun(20, func() {
+			rd.Reset(data)
+			w.n = 0
+			if n, err := b.WriteTo(w); err != nil || n != int64(len(data)) || w.n != n {
+				t.Fatalf("copied %d (%d written): %v", n, w.n, err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("size %d: %v allocations per body, want 0", size, allocs)
+		}
+	}
+	// A body shorter than its size fails.
+	rd.Reset(data[:1000])
+	if _, err := (&Body{kind: bodyStream, size: 2000, r: src}).WriteTo(w); err != io.ErrUnexpectedEOF {
+		t.Fatalf("short body: %v", err)
+	}
+}
+
+// readOnly hides a reader's WriteTo.
+type readOnly struct{ r io.Reader }
+
+func (o readOnly) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func onlyReadFor(r io.Reader) io.Reader { return readOnly{r} }
