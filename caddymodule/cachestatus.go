@@ -83,7 +83,7 @@ func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 	if h.CacheStatus {
 		name := h.CacheStatusName
 		if !cacheStatusNameRe.MatchString(name) {
-			return fmt.Errorf("syncular_segments: cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
+			return fmt.Errorf("cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
 		}
 		var st [numCacheKinds]string
 		for k := cacheMemory; k < numCacheKinds; k++ {
@@ -91,7 +91,7 @@ func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 		}
 		h.obs.status = &st
 	} else if h.CacheStatusName != "" {
-		return fmt.Errorf("syncular_segments: cache_status_name needs cache_status on")
+		return fmt.Errorf("cache_status_name needs cache_status on")
 	}
 	if h.TenantKey != "" {
 		k, err := secret(repl, h.TenantKey, "tenant_key", h.weakKeysOK)

@@ -28,10 +28,10 @@ func compressPrefs(list []string) ([]compress.Coding, error) {
 	for _, name := range list {
 		c, ok := compress.ParseCoding(name)
 		if !ok || c == compress.Identity || name != c.String() {
-			return nil, fmt.Errorf("syncular_segments: compress: unknown coding %q (want zstd, gzip, or off alone)", name)
+			return nil, fmt.Errorf("compress: unknown coding %q (want zstd, gzip, or off alone)", name)
 		}
 		if slices.Contains(prefs, c) {
-			return nil, fmt.Errorf("syncular_segments: compress: %s listed twice", name)
+			return nil, fmt.Errorf("compress: %s listed twice", name)
 		}
 		prefs = append(prefs, c)
 	}
