@@ -1,19 +1,14 @@
 package caddymodule
 
 import (
-	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net/http"
 	"regexp"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // Per-request cache outcome ({http.syncular.cache}, the Cache-Status
@@ -67,21 +62,6 @@ const DefaultCacheStatusName = "caddy-syncular"
 // RFC 9211 allows as a cache's name without quoting.
 var cacheStatusNameRe = regexp.MustCompile(`^[A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_` + "`" + `|~]{0,63}$`)
 
-// kindOfTier maps the store tier that answered an Open to a cache kind.
-func kindOfTier(t store.Tier) cacheKind {
-	switch {
-	case t.Hit() && t.Disk():
-		return cacheDisk
-	case t.Hit():
-		return cacheMemory
-	case t.Fill():
-		return cacheFill
-	case t.Followed():
-		return cacheFollower
-	}
-	return cacheStream
-}
-
 // observe is the handler's resolved cache_status and tenant settings.
 type observe struct {
 	// status holds the Cache-Status value per kind; nil: cache_status off.
@@ -103,7 +83,7 @@ func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 	if h.CacheStatus {
 		name := h.CacheStatusName
 		if !cacheStatusNameRe.MatchString(name) {
-			return fmt.Errorf("syncular_segments: cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
+			return fmt.Errorf("cache_status_name %q is not a token (letters, digits and -._:/ etc., starting with a letter, at most 64)", name)
 		}
 		var st [numCacheKinds]string
 		for k := cacheMemory; k < numCacheKinds; k++ {
@@ -111,7 +91,7 @@ func (h *Handler) buildObserve(repl *caddy.Replacer, firstKey []byte) error {
 		}
 		h.obs.status = &st
 	} else if h.CacheStatusName != "" {
-		return fmt.Errorf("syncular_segments: cache_status_name needs cache_status on")
+		return fmt.Errorf("cache_status_name needs cache_status on")
 	}
 	if h.TenantKey != "" {
 		k, err := secret(repl, h.TenantKey, "tenant_key", h.weakKeysOK)
@@ -134,40 +114,4 @@ func tenantOf(key []byte, aud string) string {
 	io.WriteString(m, aud)
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(m.Sum(sum[:0])[:tenantHexDigits/2])
-}
-
-// markCache records how a granted answer was made, just before its
-// status line is written: {http.syncular.cache}, the Cache-Status header
-// when cache_status is on, and the time to the first byte.
-func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
-	d.cache = k
-	d.ph.publish(phCache, cacheNames[k])
-	if st := h.obs.status; st != nil {
-		w.Header()["Cache-Status"] = []string{st[k]}
-	}
-	now := time.Now()
-	d.tr.statusAt = now // tracing.go
-	h.metrics.firstByte(k, now.Sub(d.start))
-}
-
-// openTier opens the segment's bytes and names the tier that answered:
-// the store's own answer when it says (store.TierOpener), else a stream.
-func (h *Handler) openTier(ctx context.Context, segID string, off, n int64) (io.ReadCloser, cacheKind, error) {
-	if to, ok := h.store.(store.TierOpener); ok {
-		rc, t, err := to.OpenTier(ctx, segID, off, n)
-		return rc, kindOfTier(t), err
-	}
-	rc, err := h.store.Open(ctx, segID, off, n)
-	return rc, cacheStream, err
-}
-
-// variantKind is the cache kind of a held variant's body.
-func variantKind(body io.Reader) cacheKind {
-	switch store.BodyTier(body) {
-	case store.TierDisk:
-		return cacheDisk
-	case store.TierDiskFollow: // a variant encoded as its segment is filled
-		return cacheFollower
-	}
-	return cacheMemory
 }

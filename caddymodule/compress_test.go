@@ -216,3 +216,65 @@ func TestServeCompressOff(t *testing.T) {
 		t.Fatalf("no bytes cache: %v", rec.Header())
 	}
 }
+
+// When the preferred coding has no variant yet but another accepted one
+// has, that one is sent (not identity), and the preferred one's build
+// starts; a HEAD says what a GET would send now and starts no build.
+func TestServeFallbackCoding(t *testing.T) {
+	fs := newFakeStore()
+	body := compressibleBody(16 << 10) // below store.WaitMinSize: nobody waits for a build
+	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
+	h := newCompressHandler(t, fs, nil) // prefers zstd, then gzip
+	url := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
+	c := h.store.(*store.Cached)
+
+	// Only gzip is asked for until its variant is held.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, _ := serve(t, h, "GET", url, map[string]string{"Accept-Encoding": "gzip"})
+		if rec.Header().Get("Content-Encoding") == "gzip" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no gzip answer within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if made := c.Stats().Variants.Made; made != 1 {
+		t.Fatalf("%d variants built, want gzip alone", made)
+	}
+	both := map[string]string{"Accept-Encoding": "zstd, gzip"}
+	// HEAD: gzip, the variant held; no zstd build is started by it.
+	for range 3 {
+		rec, _ := serve(t, h, "HEAD", url, both)
+		if rec.Code != 200 || rec.Header().Get("Content-Encoding") != "gzip" || rec.Header().Get("ETag") != `"`+id+`+gzip"` {
+			t.Fatalf("HEAD: %d %v", rec.Code, rec.Header())
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	if made := c.Stats().Variants.Made; made != 1 {
+		t.Fatalf("HEAD built a variant: %d made", made)
+	}
+	// GET: zstd is preferred but not held: gzip is sent, and zstd built.
+	rec, _ := serve(t, h, "GET", url, both)
+	if rec.Code != 200 || rec.Header().Get("Content-Encoding") != "gzip" || !bytes.Equal(decodeBody(t, rec), body) ||
+		rec.Header().Get("Content-Length") != strconv.Itoa(rec.Body.Len()) {
+		t.Fatalf("GET with zstd not built: %d %v, want the gzip variant", rec.Code, rec.Header())
+	}
+	for {
+		rec, _ = serve(t, h, "GET", url, both)
+		if rec.Header().Get("Content-Encoding") == "zstd" {
+			break
+		}
+		if ce := rec.Header().Get("Content-Encoding"); ce != "gzip" {
+			t.Fatalf("while zstd builds: Content-Encoding %q, want gzip", ce)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no zstd answer within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !bytes.Equal(decodeBody(t, rec), body) || rec.Header().Get("ETag") != `"`+id+`+zstd"` {
+		t.Fatalf("zstd answer: %v", rec.Header())
+	}
+}

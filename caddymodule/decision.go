@@ -23,8 +23,7 @@ type decision struct {
 	segID    string
 	slot     int    // key slot that verified the MAC, -1 none
 	aud      string // the token's audience (logged only as aud_hash)
-	delivery string // how the bytes went: serve, redirect, proxy, stream_legacy
-	legacy   bool   // a redirect handler streamed it (legacy record header)
+	delivery string // how the bytes went: serve, redirect, proxy, stream_legacy (respond.go)
 	grace    bool   // decided on a record kept through a store outage
 	lookup   time.Duration
 	open     time.Duration
@@ -95,7 +94,8 @@ func (h *Handler) storeFault(w http.ResponseWriter, r *http.Request, d *decision
 // finish counts the request and writes one debug line per decision:
 // segment_id, outcome, reason, key_slot, delivery, store_ms and aud_hash
 // (never the token, a key, an audience or a partition id). The line's
-// delivery is the metrics label: the handler's mode, or stream_legacy.
+// delivery is the metrics label and the placeholder's, set once by plan
+// (respond.go).
 func (h *Handler) finish(d *decision) {
 	if d.traced() {
 		h.endSpans(d, time.Now()) // tracing.go
@@ -103,7 +103,7 @@ func (h *Handler) finish(d *decision) {
 	if d.inFlight {
 		h.metrics.leaveDelivery()
 	}
-	h.metrics.via(d.legacy).request(d.outcome)
+	h.metrics.via(d.delivery).request(d.outcome)
 	if d.grace {
 		h.metrics.graceRequest(d.outcome)
 	}
@@ -113,10 +113,7 @@ func (h *Handler) finish(d *decision) {
 	}
 	delivery := ""
 	if d.outcome == outcomeGranted || d.outcome == outcomeNotModified {
-		delivery = h.Delivery
-		if d.legacy {
-			delivery = deliveryStreamLegacy
-		}
+		delivery = d.delivery
 	}
 	aud := ""
 	if d.aud != "" {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -24,17 +23,17 @@ import (
 // default is the compress package's (compress.DefaultPrefs: zstd, then
 // gzip), applied by compressPrefs.
 const (
-	defaultSkew           = token.DefaultSkew        // skew: 60s, the reference's
-	defaultPresignTTL     = presign.DefaultTTL       // presign_ttl: 60s
-	defaultStoreTimeout   = store.DefaultTimeout     // store_timeout
-	defaultMaxTokenLength = token.DefaultMaxTokenLen // max_token_length: 4096 bytes
-	defaultUntokened      = untokenedNext            // untokened
-	defaultLegacyHeaders  = legacyHeadersStream      // legacy_headers
-	defaultPathStyle      = true                     // store s3 path_style
-	defaultVerifyStore    = true                     // verify_store_on_start
-	defaultGrace          = store.DefaultGrace       // grace: 5m
-	defaultDiskMaxBytes   = disk.DefaultMaxBytes     // cache disk_max_bytes: 4GiB
-	defaultCacheStatus    = DefaultCacheStatusName   // cache_status_name
+	defaultSkew           = token.DefaultSkew         // skew: 60s, the reference's
+	defaultPresignTTL     = presign.DefaultTTL        // presign_ttl: 60s
+	defaultStoreTimeout   = store.DefaultTimeout      // store_timeout
+	defaultMaxTokenLength = token.DefaultMaxTokenLen  // max_token_length: 4096 bytes
+	defaultUntokened      = untokenedNext             // untokened
+	defaultLegacyHeaders  = legacyHeadersStream       // legacy_headers
+	defaultPathStyle      = true                      // store s3 path_style
+	defaultVerifyStore    = true                      // verify_store_on_start
+	defaultGrace          = store.DefaultGrace        // grace: 5m
+	defaultDiskMaxBytes   = store.DefaultDiskMaxBytes // cache disk_max_bytes: 4GiB
+	defaultCacheStatus    = DefaultCacheStatusName    // cache_status_name
 
 	defaultStoreConcurrency = store.DefaultStoreSlots     // store_concurrency: 16
 	defaultStoreQueue       = store.DefaultStoreQueue     // store_queue: 1024

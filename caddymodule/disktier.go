@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // The disk tier: segments too large for the memory cache are
@@ -32,7 +31,7 @@ func (h *Handler) checkDiskDir() error {
 	if dir == "" {
 		return nil
 	}
-	if disk.SystemDir(dir, caddy.AppDataDir(), caddy.AppConfigDir()) {
+	if store.DiskSystemDir(dir, caddy.AppDataDir(), caddy.AppConfigDir()) {
 		return fmt.Errorf("cache disk %q is a system directory; the disk tier removes files in its directory, so give it one of its own (e.g. %s)",
 			dir, defaultDiskDir())
 	}
@@ -46,17 +45,17 @@ var diskPool = caddy.NewUsagePool()
 // config that provisioned it last (an older config's logger may be
 // closed by a reload).
 type pooledDisk struct {
-	*disk.Cache
+	*store.DiskTier
 	logger *atomic.Pointer[zap.Logger]
 }
 
-func (p pooledDisk) Destruct() error { return p.Cache.Close() }
+func (p pooledDisk) Destruct() error { return p.DiskTier.Close() }
 
 // provisionDisk returns the disk tier for h's cache config (nil when it
 // is off). A directory that is not the tier's (not empty, no marker) fails
 // the config; an unusable one (not creatable, read-only, full) is only a
 // warning and a bypass at request time.
-func (h *Handler) provisionDisk() (*disk.Cache, error) {
+func (h *Handler) provisionDisk() (*store.DiskTier, error) {
 	dir := h.diskDir
 	if dir == "" {
 		return nil, nil
@@ -70,7 +69,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	val, _, err := diskPool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		lp := new(atomic.Pointer[zap.Logger])
 		lp.Store(h.logger)
-		c, err := disk.New(disk.Options{Dir: abs, MaxBytes: maxBytes, Warn: func(msg string, err error) {
+		c, err := store.NewDiskTier(store.DiskOptions{Dir: abs, MaxBytes: maxBytes, Warn: func(msg string, err error) {
 			l := lp.Load()
 			if l == nil {
 				return
@@ -87,7 +86,7 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 		if err != nil {
 			return nil, err
 		}
-		return pooledDisk{Cache: c, logger: lp}, nil
+		return pooledDisk{DiskTier: c, logger: lp}, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cache disk %s: %w", abs, err)
@@ -95,8 +94,8 @@ func (h *Handler) provisionDisk() (*disk.Cache, error) {
 	p := val.(pooledDisk)
 	p.logger.Store(h.logger)
 	h.diskKey = key
-	h.disk = p.Cache
-	return p.Cache, nil
+	h.disk = p.DiskTier
+	return p.DiskTier, nil
 }
 
 // releaseDisk gives back the handler's share of its disk tier.
@@ -106,17 +105,6 @@ func releaseDisk(key string) error {
 	}
 	_, err := diskPool.Delete(key)
 	return err
-}
-
-// warnCorrupt logs, as a store fault, a body that failed because its
-// bytes do not match their id (the response is then aborted). The error
-// names the segment id only: no partition, no token.
-func (h *Handler) warnCorrupt(segID string, err error) {
-	if errors.Is(err, store.ErrCorruptSegment) || errors.Is(err, disk.ErrHashMismatch) ||
-		errors.Is(err, disk.ErrSizeMismatch) {
-		h.logger.Warn("segment bytes from the store do not match their id; response aborted",
-			zap.String("segment_id", segID), zap.Error(err))
-	}
 }
 
 // Interface guards

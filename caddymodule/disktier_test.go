@@ -21,7 +21,6 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 func TestUnmarshalCacheDisk(t *testing.T) {
@@ -49,7 +48,7 @@ func TestUnmarshalCacheDisk(t *testing.T) {
 	if d := (*CacheConfig)(nil).diskDir(); d != filepath.Join(caddy.AppDataDir(), "syncular", "segments") {
 		t.Fatalf("default dir %q", d)
 	}
-	if m := (*CacheConfig)(nil).diskMaxBytes(); m != disk.DefaultMaxBytes {
+	if m := (*CacheConfig)(nil).diskMaxBytes(); m != store.DefaultDiskMaxBytes {
 		t.Fatalf("default budget %d", m)
 	}
 	for name, block := range map[string]string{
@@ -78,7 +77,7 @@ func largeHandler(t *testing.T, data []byte, corrupt bool, dir string) (*Handler
 	return h, fs, target, logs
 }
 
-func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Handler, *fakeStore, string, *observer.ObservedLogs, *disk.Cache) {
+func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Handler, *fakeStore, string, *observer.ObservedLogs, *store.DiskTier) {
 	t.Helper()
 	fs := newFakeStore()
 	id := fs.add(data, pub("p1", digestA, testNow.Add(time.Hour)))
@@ -91,10 +90,10 @@ func largeHandlerDisk(t *testing.T, data []byte, corrupt bool, dir string) (*Han
 	logs := observeLogs(h)
 	opts := h.Cache.options(time.Duration(h.StoreTimeout), h.now)
 	opts.MaxEntry = 1 << 20
-	var d *disk.Cache
+	var d *store.DiskTier
 	if dir != "" {
 		var err error
-		d, err = disk.New(disk.Options{Dir: dir})
+		d, err = store.NewDiskTier(store.DiskOptions{Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,8 +233,10 @@ func TestServeLargeUnusableDiskDirectory(t *testing.T) {
 	}
 }
 
-// copyBody hands a complete disk file to io.Copy as the *io.LimitedReader
-// over *os.File that sendfile needs, and reports a short body as an error.
+// sendFile hands a complete disk file to the connection's ReadFrom
+// as the *io.LimitedReader over *os.File that sendfile needs (no idle
+// timeout writer in between); a short file is an error (the store's
+// Body.WriteTo checks the count: store.TestBodyWriteTo).
 func TestCopyBodyShapes(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "seg")
 	if err != nil {
@@ -247,26 +248,20 @@ func TestCopyBodyShapes(t *testing.T) {
 	var seen io.Reader
 	w := readFromRecorder{seen: &seen}
 	lr := &io.LimitedReader{R: f, N: 100}
-	n, err := copyBody(w, rawBody{lr}, 100)
+	n, err := sendFile(w, lr)
 	if err != nil || n != 100 {
 		t.Fatalf("copied %d: %v", n, err)
 	}
 	if seen != lr {
 		t.Fatalf("ReadFrom got %T, want the disk tier's *io.LimitedReader", seen)
 	}
-	if _, err := copyBody(httptest.NewRecorder(), strings.NewReader("short"), 10); err == nil {
-		t.Fatalf("short body: %v", err)
-	}
 }
-
-// rawBody is a disk tier body: Raw exposes the file reader.
-type rawBody struct{ r io.Reader }
-
-func (b rawBody) Read(p []byte) (int, error) { return b.r.Read(p) }
-func (b rawBody) Raw() io.Reader             { return b.r }
 
 // readFromRecorder is a connection's writer: it records what ReadFrom got.
 type readFromRecorder struct{ seen *io.Reader }
+
+func (w readFromRecorder) Header() http.Header { return http.Header{} }
+func (w readFromRecorder) WriteHeader(int)     {}
 
 func (w readFromRecorder) Write(p []byte) (int, error) { return len(p), nil }
 func (w readFromRecorder) ReadFrom(r io.Reader) (int64, error) {
@@ -317,7 +312,7 @@ func TestDiskDirectoryRules(t *testing.T) {
 	if err := provision(t, handler(empty)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(empty, disk.MarkerName)); err != nil {
+	if _, err := os.Stat(filepath.Join(empty, store.DiskMarkerName)); err != nil {
 		t.Fatalf("no marker in the adopted directory: %v", err)
 	}
 	if err := provision(t, handler("off")); err != nil {

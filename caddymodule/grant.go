@@ -28,8 +28,6 @@ func (g grant) maxAge() int64 {
 	return s
 }
 
-func (g grant) etag() string { return `"` + g.segID + `"` }
-
 // authorize decides the grant (protocol §4) for a verified token: it reads
 // the segment's record and asks store.Grant, once. A refusal is decided on
 // a fresh record only: when the record may have come from the cache, it is

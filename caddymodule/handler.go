@@ -22,8 +22,8 @@ const (
 
 // ServeHTTP implements caddyhttp.MiddlewareHandler. A request walks three
 // steps, each once: the request's shape and its token are verified here,
-// the grant is decided against the store (grant.go), and the bytes are
-// delivered (deliver.go). Every step records what it found in the request's
+// the grant is decided against the store (grant.go), and the answer is
+// planned and written (respond.go). Every step records what it found in the request's
 // decision (decision.go), which finish turns into metrics and the debug
 // line.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
@@ -96,7 +96,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 
-	// 3. Deliver.
-	h.deliver(w, r, g, d)
+	// 3. Respond: plan the answer, then write it.
+	h.respond(w, r, g, d)
 	return nil
 }

@@ -133,10 +133,23 @@ type handlerMetrics struct {
 	// object carries a legacy record header (delivery="stream_legacy");
 	// nil when the handler never does.
 	legacy *handlerMetrics
-	storm  *stormMetrics // stormmetrics.go; nil on the legacy children
+	// proxied counts requests a redirect handler streamed because the
+	// grant was too short for any URL (delivery="proxy"); nil on the
+	// other handlers.
+	proxied *handlerMetrics
+	storm   *stormMetrics // stormmetrics.go; nil on the legacy and proxied children
 }
 
 func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int) *handlerMetrics {
+	m := newLabelMetrics(c, server, backend, delivery, keys)
+	if delivery != deliveryStreamLegacy {
+		m.storm = newStormMetrics(c.storm, server, delivery)
+	}
+	return m
+}
+
+// newLabelMetrics is newHandlerMetrics without the storm metrics.
+func newLabelMetrics(c *collectors, server, backend, delivery string, keys int) *handlerMetrics {
 	m := &handlerMetrics{
 		c:        c,
 		server:   server,
@@ -160,9 +173,6 @@ func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int
 	for i := range keys {
 		m.slots = append(m.slots, c.verifications.WithLabelValues(server, strconv.Itoa(i+1)))
 	}
-	if delivery != deliveryStreamLegacy {
-		m.storm = newStormMetrics(c.storm, server, delivery)
-	}
 	return m
 }
 
@@ -170,15 +180,28 @@ func newHandlerMetrics(c *collectors, server, backend, delivery string, keys int
 // handler that streams objects carrying a legacy record header.
 func (m *handlerMetrics) withLegacy(backend string, keys int) {
 	if m != nil {
-		m.legacy = newHandlerMetrics(m.c, m.server, backend, deliveryStreamLegacy, keys)
+		m.legacy = newLabelMetrics(m.c, m.server, backend, deliveryStreamLegacy, keys)
 	}
 }
 
-// via returns the metrics to count a request under: the stream_legacy
-// children when legacy (and resolved), else m. Nil-safe, allocation-free.
-func (m *handlerMetrics) via(legacy bool) *handlerMetrics {
-	if legacy && m != nil && m.legacy != nil {
+// withProxied resolves the delivery="proxy" children for a redirect
+// handler, which streams the bytes when the grant is too short for a URL.
+func (m *handlerMetrics) withProxied(backend string, keys int) {
+	if m != nil {
+		m.proxied = newLabelMetrics(m.c, m.server, backend, DeliveryProxy, keys)
+	}
+}
+
+// via returns the metrics to count a request under, by its delivery
+// label (respond.go): the stream_legacy or proxy children of a redirect
+// handler when resolved, else m. Nil-safe, allocation-free.
+func (m *handlerMetrics) via(delivery string) *handlerMetrics {
+	switch {
+	case m == nil || delivery == m.delivery:
+	case delivery == deliveryStreamLegacy && m.legacy != nil:
 		return m.legacy
+	case delivery == DeliveryProxy && m.proxied != nil:
+		return m.proxied
 	}
 	return m
 }
@@ -322,6 +345,9 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 	h.metrics = newHandlerMetrics(c, serverName(ctx), h.Store.Backend, h.Delivery, len(h.Keys))
 	if h.streamLegacy {
 		h.metrics.withLegacy(h.Store.Backend, len(h.Keys))
+	}
+	if h.Delivery == DeliveryRedirect {
+		h.metrics.withProxied(h.Store.Backend, len(h.Keys))
 	}
 	if s, ok := h.store.(scrapedStore); ok {
 		c.scrape.addCache(s, h.Store.Backend)

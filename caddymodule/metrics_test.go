@@ -234,9 +234,9 @@ func TestMetricsNoAllocs(t *testing.T) {
 		m.verification(-1)
 		m.storeOp(opLookup, 1234)
 		m.bytes(100)
-		m.via(true).request(outcomeGranted)
-		m.via(true).bytes(100)
-		m.via(false).request(outcomeGranted)
+		m.via(deliveryStreamLegacy).request(outcomeGranted)
+		m.via(deliveryStreamLegacy).bytes(100)
+		m.via(DeliveryRedirect).request(outcomeGranted)
 	}); n != 0 {
 		t.Fatalf("%v allocations per request", n)
 	}

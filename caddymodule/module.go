@@ -15,7 +15,6 @@ import (
 	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -191,10 +190,10 @@ type Handler struct {
 	memo      store.RefusalMemo // the store's refusal memo; nil: none
 	// lookupBounded: the store bounds its own lookups (no timer needed).
 	lookupBounded bool
-	poolKey       string      // set when the store came from the usage pool
-	diskKey       string      // the disk tier's key in diskPool ("" when off)
-	disk          *disk.Cache // the disk tier (nil when off)
-	life          *lifetime   // releases the store after the last in-flight request
+	poolKey       string          // set when the store came from the usage pool
+	diskKey       string          // the disk tier's key in diskPool ("" when off)
+	disk          *store.DiskTier // the disk tier (nil when off)
+	life          *lifetime       // releases the store after the last in-flight request
 	logger        *zap.Logger
 	now           func() time.Time
 	// weakKeysOK lets tests use the protocol vectors' short keys; no
@@ -203,7 +202,7 @@ type Handler struct {
 
 	metrics     *handlerMetrics // nil: metrics disabled
 	scraped     scrapedStore    // the store's cache, reported at scrape time
-	scrapedDisk *disk.Cache     // the disk tier, reported at scrape time
+	scrapedDisk *store.DiskTier // the disk tier, reported at scrape time
 
 	codings  []compress.Coding  // Compress resolved; empty: off
 	variants store.VariantStore // the store's variants; nil: none

@@ -89,21 +89,3 @@ func parseDigits(s string) (int64, error) {
 func (b byteRange) contentRange(size int64) string {
 	return "bytes " + strconv.FormatInt(b.off, 10) + "-" + strconv.FormatInt(b.off+b.n-1, 10) + "/" + strconv.FormatInt(size, 10)
 }
-
-// etagMatches reports whether an If-None-Match / If-Range list names etag
-// (weak comparison, as RFC 9110 asks for If-None-Match).
-func etagMatches(header, etag string) bool {
-	for header != "" {
-		var tok string
-		tok, header, _ = strings.Cut(header, ",")
-		tok = strings.TrimSpace(tok)
-		if tok == "*" {
-			return true
-		}
-		tok = strings.TrimPrefix(tok, "W/")
-		if tok == etag {
-			return true
-		}
-	}
-	return false
-}

@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncular/caddy-syncular/store"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // scrapedStore is a store whose counters and flows are read at scrape
@@ -42,7 +41,7 @@ type scrapeCollector struct {
 	gateInUse, gateWaiting, gateRefused *prometheus.Desc
 
 	caches refSet[scrapedStore, string] // the value: the store's backend
-	disks  refSet[*disk.Cache, struct{}]
+	disks  refSet[*store.DiskTier, struct{}]
 }
 
 func newScrapeCollector(prefix string) *scrapeCollector {
@@ -106,8 +105,8 @@ func newScrapeCollector(prefix string) *scrapeCollector {
 // reported once; addDisk and removeDisk do the same for a disk tier.
 func (c *scrapeCollector) addCache(s scrapedStore, backend string) { c.caches.add(s, backend) }
 func (c *scrapeCollector) removeCache(s scrapedStore)              { c.caches.remove(s) }
-func (c *scrapeCollector) addDisk(d *disk.Cache)                   { c.disks.add(d, struct{}{}) }
-func (c *scrapeCollector) removeDisk(d *disk.Cache)                { c.disks.remove(d) }
+func (c *scrapeCollector) addDisk(d *store.DiskTier)               { c.disks.add(d, struct{}{}) }
+func (c *scrapeCollector) removeDisk(d *store.DiskTier)            { c.disks.remove(d) }
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
@@ -123,7 +122,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	var sum store.CacheStats
-	var ds disk.Stats
+	var ds store.DiskStats
 	open := 0
 	var memFills, memWaiting int64
 	read := map[string]int64{backendSQLite: 0, backendS3: 0}
@@ -162,7 +161,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		waiting[backend] += f.Gate.Waiting
 		refused[backend] += f.Gate.Refused
 	})
-	c.disks.each(func(d *disk.Cache, _ struct{}) {
+	c.disks.each(func(d *store.DiskTier, _ struct{}) {
 		st := d.Stats()
 		ds.Bytes += st.Bytes
 		ds.Files += st.Files

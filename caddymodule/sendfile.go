@@ -140,7 +140,7 @@ func writeChunk(w any) (chunk int64, found bool) {
 			}
 			chunk, found = max(chunk, c), true
 		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		u, ok := w.(unwrapper)
 		if !ok {
 			break
 		}
@@ -151,34 +151,29 @@ func writeChunk(w any) (chunk int64, found bool) {
 	return chunk, found
 }
 
-// sendfileSource returns the reader that takes body's bytes to w with
-// sendfile(2) when body is a complete disk tier file's reader of exactly
-// n bytes (an *io.LimitedReader over an *os.File, from Raw), else nil.
+// sendfileSource returns the reader that takes the bytes of lr, a
+// complete disk tier file's reader (an *io.LimitedReader over an
+// *os.File at the range's start, N its length), to w with sendfile(2).
 // Under an idle timeout writer it is a fileRange; with no such writer
-// the disk tier's LimitedReader itself, which reaches the connection as
-// it is.
-func sendfileSource(w io.Writer, body io.Reader, n int64) io.Reader {
-	rb, ok := body.(interface{ Raw() io.Reader })
-	if !ok {
-		return nil
-	}
-	lr, ok := rb.Raw().(*io.LimitedReader)
-	if !ok || lr.N != n {
-		return nil
-	}
+// (or not a file) lr itself, which reaches the connection as it is.
+func sendfileSource(w io.Writer, lr *io.LimitedReader) io.Reader {
 	f, ok := lr.R.(*os.File)
 	if !ok {
-		return nil
+		return lr
 	}
 	chunk, found := writeChunk(w)
 	if !found {
 		return lr
 	}
-	if fr := newFileRange(f, n, chunk); fr != nil {
+	if fr := newFileRange(f, lr.N, chunk); fr != nil {
 		return fr
 	}
 	return lr
 }
+
+// unwrapper is a response writer that wraps another (Caddy's, and
+// net/http's ResponseController's convention).
+type unwrapper interface{ Unwrap() http.ResponseWriter }
 
 // Interface guards
 var (

@@ -112,7 +112,7 @@ func storeInspect(cmd *cobra.Command, args []string) error {
 	if s := get("now"); s != "" {
 		t, err := token.ParseTime(s)
 		if err != nil {
-			return fmt.Errorf("--now: %v", err)
+			return fmt.Errorf("--now: %w", err)
 		}
 		in.now = t
 	}
@@ -170,7 +170,7 @@ func (in *storeInspection) request(tok, rawURL string) error {
 		}
 		t, urlSeg, err := token.TokenFromURL(rawURL)
 		if err != nil {
-			return fmt.Errorf("--url: %v", err)
+			return fmt.Errorf("--url: %w", err)
 		}
 		if in.segID == "" {
 			in.segID = urlSeg
@@ -243,7 +243,7 @@ func listHandlers(found []configHandler) string {
 func (in *storeInspection) run(ctx context.Context, w io.Writer) error {
 	h := new(Handler)
 	if err := json.Unmarshal(in.where.raw, h); err != nil {
-		return fmt.Errorf("syncular_segments: %v", err)
+		return fmt.Errorf("syncular_segments: %w", err)
 	}
 	// Nothing registered globally, and the clock of --now.
 	h.DisableMetrics = true

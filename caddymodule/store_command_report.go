@@ -193,7 +193,7 @@ func (in *storeInspection) decide(ctx context.Context, w io.Writer, h *Handler) 
 		return nil
 	})
 	if err := h.ServeHTTP(rr, req, next); err != nil {
-		return fmt.Errorf("handler error: %v", err)
+		return fmt.Errorf("handler error: %w", err)
 	}
 	res := rr.Result()
 	outcome, reason := replString(repl, "http.syncular.outcome"), replString(repl, "http.syncular.reason")

@@ -144,18 +144,6 @@ func (s *slots) settled() {
 // taken is the number of slots in use.
 func (s *slots) taken() int { return len(s.ch) }
 
-// storeStreamed reports whether body streams from the store rather than
-// from memory (the bytes cache) or a disk-tier file.
-func storeStreamed(body io.Reader) bool {
-	if _, ok := body.(interface{ Bytes() []byte }); ok {
-		return false
-	}
-	if _, ok := body.(interface{ Raw() io.Reader }); ok {
-		return false
-	}
-	return true
-}
-
 // overloaded answers 503 edge.overloaded with a jittered Retry-After.
 func (h *Handler) overloaded(w http.ResponseWriter, d *decision) {
 	h.refuseOverloaded(w, d, "too many segment streams in progress")

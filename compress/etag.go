@@ -5,10 +5,19 @@ package compress
 // `"sha256:<hex>+zstd"` for the variants, so a cache never confuses the
 // bytes of one with another.
 func ETag(segmentID string, c Coding) string {
-	if c == Identity || !c.valid() {
-		return `"` + segmentID + `"`
+	var b [96]byte
+	return string(AppendETag(b[:0], segmentID, c))
+}
+
+// AppendETag appends ETag(segmentID, c) to dst.
+func AppendETag(dst []byte, segmentID string, c Coding) []byte {
+	dst = append(dst, '"')
+	dst = append(dst, segmentID...)
+	if c != Identity && c.valid() {
+		dst = append(dst, '+')
+		dst = append(dst, c.String()...)
 	}
-	return `"` + segmentID + "+" + c.String() + `"`
+	return append(dst, '"')
 }
 
 // MatchIfNoneMatch reports whether the If-None-Match field values match

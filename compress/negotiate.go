@@ -105,6 +105,46 @@ func NegotiateValues(values []string, prefs []Coding) Coding {
 	return a.choose(prefs)
 }
 
+// AcceptedValues is every coding of prefs (nil: DefaultPrefs) that the
+// Accept-Encoding field values accept, under Negotiate's rules, in prefs'
+// order: the first is Negotiate's answer, the others the ones a response
+// may fall back to. nil when none is. It is a sub-slice of prefs when the
+// accepted codings are adjacent in it (always for prefs of at most two
+// codings), so it does not allocate then; the caller must not modify it.
+func AcceptedValues(values []string, prefs []Coding) []Coding {
+	if prefs == nil {
+		prefs = defaultPrefs[:]
+	}
+	var a acceptance
+	a.reset()
+	for _, v := range values {
+		a.parse(v)
+	}
+	first, last, n := -1, -1, 0
+	for i, c := range prefs {
+		if c != Identity && c.valid() && a.acceptable(c) {
+			if first < 0 {
+				first = i
+			}
+			last = i
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		return nil
+	case last-first+1 == n:
+		return prefs[first : last+1 : last+1]
+	}
+	out := make([]Coding, 0, n)
+	for _, c := range prefs[first : last+1] {
+		if c != Identity && c.valid() && a.acceptable(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // qNone marks a coding the header does not mention; weights are in
 // thousandths (q=0.5 is 500).
 const qNone = -1

@@ -1,6 +1,7 @@
 package compress
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,4 +298,38 @@ func codings(cs []Coding) string {
 		s[i] = c.String()
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// AcceptedValues lists every accepted coding in the operator's order, its
+// first Negotiate's answer, without allocating for two codings.
+func TestAcceptedValues(t *testing.T) {
+	zg, gz := []Coding{Zstd, Gzip}, []Coding{Gzip, Zstd}
+	for _, tc := range []struct {
+		header string
+		prefs  []Coding
+		want   []Coding
+	}{
+		{"gzip, zstd", zg, []Coding{Zstd, Gzip}},
+		{"gzip, zstd", gz, []Coding{Gzip, Zstd}},
+		{"gzip", zg, []Coding{Gzip}},
+		{"zstd;q=0.1", zg, []Coding{Zstd}},
+		{"*", nil, []Coding{Zstd, Gzip}},
+		{"*, zstd;q=0", zg, []Coding{Gzip}},
+		{"identity", zg, nil},
+		{"", zg, nil},
+		{"gzip, zstd", []Coding{Gzip}, []Coding{Gzip}},
+		{"gzip", []Coding{}, nil},
+	} {
+		got := AcceptedValues([]string{tc.header}, tc.prefs)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%q %v: %v, want %v", tc.header, tc.prefs, got, tc.want)
+		}
+		if neg := Negotiate(tc.header, tc.prefs); (len(got) == 0 && neg != Identity) || (len(got) > 0 && got[0] != neg) {
+			t.Errorf("%q %v: first %v, Negotiate %v", tc.header, tc.prefs, got, neg)
+		}
+	}
+	vals := []string{"gzip, zstd"}
+	if n := testing.AllocsPerRun(100, func() { AcceptedValues(vals, zg) }); n != 0 {
+		t.Fatalf("%v allocations", n)
+	}
 }

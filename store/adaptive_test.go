@@ -181,8 +181,8 @@ func TestFairGateAdaptiveLimit(t *testing.T) {
 		rels = append(rels, rel)
 	}
 	var waiters []<-chan acquired
-	for range 6 {
-		waiters = append(waiters, queueWaiter(t, g, context.Background(), "B"))
+	for range 6 { // A's own: a tenant at its share waits (underShareLocked)
+		waiters = append(waiters, queueWaiter(t, g, context.Background(), "A"))
 	}
 	if s := g.stats(); s.InUse != int64(limit) || s.Waiting != 6 {
 		t.Fatalf("stats %+v, want %d in use (the limit), 6 waiting", s, limit)
@@ -290,4 +290,68 @@ func TestFairGateTenantHoldingNoneGoesFirst(t *testing.T) {
 	if s := g.stats(); s.InUse != 1 || s.Waiting != 0 {
 		t.Fatalf("stats %+v, want B's 1 in use", s)
 	}
+}
+
+// TestFairGateUnderShareAboveLimit: while the adaptive limit is cut, a
+// tenant holding less than an equal share of it (and with no read
+// waiting) reads at once, up to the ceiling; the tenant above its share
+// waits, and nobody passes the ceiling.
+func TestFairGateUnderShareAboveLimit(t *testing.T) {
+	// A fixed gate with its limit set below its ceiling, as the adaptive
+	// limit leaves it after a window of slow reads (and here stays).
+	g := newFairGate(FairOptions{Slots: 4, QueueMax: 100, QueueWait: time.Minute})
+	g.mu.Lock()
+	g.limit = 2
+	g.mu.Unlock()
+	take := func(tenant string) func() {
+		t.Helper()
+		done := make(chan acquired, 1)
+		go func() {
+			rel, err := g.acquire(WithTenant(context.Background(), tenant))
+			done <- acquired{rel, err}
+		}()
+		select {
+		case a := <-done:
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			return a.release
+		case <-time.After(5 * time.Second):
+			t.Fatalf("tenant %s was not admitted at once (%+v)", tenant, g.stats())
+			return nil
+		}
+	}
+	a1, a2 := take("A"), take("A") // the limit
+	wa := queueWaiter(t, g, context.Background(), "A")
+	b1 := take("B") // holds none of 2 tenants' share: at once, above the limit
+	if s := g.stats(); s.InUse != 3 || s.Waiting != 1 {
+		t.Fatalf("stats %+v, want 3 in use (above the limit 2), A's 1 waiting", s)
+	}
+	wb := queueWaiter(t, g, context.Background(), "B") // B holds 1 of 3 tenants' share of 2: waits
+	c1 := take("C")                                    // the ceiling's last slot
+	wd := queueWaiter(t, g, context.Background(), "D") // at the ceiling: waits
+	if s := g.stats(); s.InUse != 4 || s.Waiting != 3 {
+		t.Fatalf("stats %+v, want the ceiling 4 in use, 3 waiting", s)
+	}
+	// Releases above the limit free their slots; none is passed on
+	// until in use is back within the limit.
+	c1()
+	b1()
+	if s := g.stats(); s.InUse != 2 || s.Waiting != 3 {
+		t.Fatalf("stats %+v, want 2 in use (the limit), 3 waiting", s)
+	}
+	a1()
+	a2()
+	for _, w := range []<-chan acquired{wa, wb, wd} {
+		select {
+		case got := <-w:
+			if got.err != nil {
+				t.Fatal(got.err)
+			}
+			got.release()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a waiter was never admitted (%+v)", g.stats())
+		}
+	}
+	waitFor(t, "every slot back", func() bool { s := g.stats(); return s.InUse == 0 && s.Waiting == 0 })
 }

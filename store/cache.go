@@ -138,6 +138,8 @@ func DefaultCacheOptions() CacheOptions {
 // Segments whose store bytes failed verification back off.
 type Cached struct {
 	inner   Store
+	filler  fillerInto // inner's own whole-segment read; nil: by Open
+	copier  blobCopier // inner's one-read copy for the disk tier; nil: by Open
 	opts    CacheOptions
 	records *recordLRU
 	blobs   *blobLRU
@@ -196,6 +198,8 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 		blobs:   newBlobLRU(opts.MaxBytes),
 		gate:    newFairGate(opts.Fair),
 	}
+	c.filler, _ = inner.(fillerInto)
+	c.copier, _ = inner.(blobCopier)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.vt.init(opts.MaxRecords)
 	c.corrupt.init()
@@ -382,39 +386,54 @@ var errNoRoom = errors.New("store: cache: no room")
 // cached and served to every concurrent caller), then the inner store,
 // streamed uncached.
 func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	rc, _, err := c.OpenTier(ctx, segmentID, off, n)
+	rc, _, err := c.openTier(ctx, segmentID, off, n)
 	return rc, err
 }
 
-// OpenTier is Open, and says which tier answered (observe.go).
-func (c *Cached) OpenTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
-	if off < 0 {
-		return nil, TierStore, fmt.Errorf("store: cache open: negative offset %d", off)
+// openTier is Open, and says which tier answered (observe.go).
+func (c *Cached) openTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
+	mem, rc, t, err := c.read(ctx, segmentID, off, n)
+	if err == nil && rc == nil {
+		return newMemBody(mem), t, nil
 	}
-	if rc, t, ok, err := c.openMemory(ctx, segmentID, off, n); ok || err != nil {
-		return rc, t, err
+	return rc, t, err
+}
+
+// read is openTier with a memory tier answer as the bytes themselves
+// (rc nil, no error): mem, the range of the cached segment.
+func (c *Cached) read(ctx context.Context, segmentID string, off, n int64) (mem []byte, rc io.ReadCloser, t Tier, err error) {
+	if off < 0 {
+		return nil, nil, TierStore, fmt.Errorf("store: cache open: negative offset %d", off)
+	}
+	if b, t, ok, err := c.openMemory(ctx, segmentID); ok || err != nil {
+		if err != nil {
+			return nil, nil, t, err
+		}
+		return clamp(b, off, n), nil, t, nil
 	}
 	if size, ok := c.records.size(segmentID); ok {
-		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
+		rc, t, err := c.openLarge(ctx, segmentID, size, off, n) // tier.go
+		return nil, rc, t, err
 	}
 	if err := c.backingOff(segmentID); err != nil {
-		return nil, TierStore, err
+		return nil, nil, TierStore, err
 	}
 	c.passThrough.Add(1)
-	return c.openInner(ctx, segmentID, off, n)
+	rc, t, err = c.openInner(ctx, segmentID, off, n)
+	return nil, rc, t, err
 }
 
 // openMemory serves segmentID from the bytes cache, filling it first when
 // the segment fits. ok is false, with no error, when the segment is not
 // for memory (bytes cache off, length unknown, larger than MaxEntry, or
 // no room for a fill): the next tier serves it.
-func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64) (rc io.ReadCloser, t Tier, ok bool, err error) {
+func (c *Cached) openMemory(ctx context.Context, segmentID string) (b []byte, t Tier, ok bool, err error) {
 	if c.opts.MaxBytes <= 0 {
 		return nil, 0, false, nil
 	}
 	if b, ok := c.blobs.get(segmentID); ok {
 		c.byteHits.Add(1)
-		return sliceReader(b, off, n), TierMemory, true, nil
+		return b, TierMemory, true, nil
 	}
 	size, ok := c.records.size(segmentID)
 	if !ok || size > c.opts.MaxEntry {
@@ -436,7 +455,7 @@ func (c *Cached) openMemory(ctx context.Context, segmentID string, off, n int64)
 	}
 	switch {
 	case err == nil:
-		return sliceReader(b, off, n), t, true, nil
+		return b, t, true, nil
 	case errors.Is(err, errNoRoom):
 		return nil, 0, false, nil
 	default:
@@ -467,10 +486,10 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 		}
 	}()
 	b := make([]byte, size)
-	if fi, ok := c.inner.(fillerInto); ok {
+	if c.filler != nil {
 		// The store reads it its own way (SQLite: without holding a
 		// lock across the read where it can, sqlite_lockfree.go).
-		err = c.fillInto(ctx, fi, segmentID, b)
+		err = c.fillInto(ctx, c.filler, segmentID, b)
 	} else {
 		err = c.readWhole(ctx, segmentID, b)
 	}
@@ -541,29 +560,32 @@ func (c *Cached) Close() error {
 	return c.inner.Close()
 }
 
-// sliceReader reads b[off:off+n] (n < 0: to the end), clamped to b like
-// the SQLite store: a range past the end is empty.
-func sliceReader(b []byte, off, n int64) io.ReadCloser {
+// clamp is b[off:off+n] (n < 0: to the end), clamped to b like the
+// SQLite store: a range past the end is empty.
+func clamp(b []byte, off, n int64) []byte {
 	size := int64(len(b))
 	off = min(off, size)
 	end := size
 	if n >= 0 && n < size-off {
 		end = off + n
 	}
-	m := &memBody{b: b[off:end]}
-	m.Reset(m.b)
+	return b[off:end]
+}
+
+// sliceReader reads b[off:off+n] (n < 0: to the end), clamped to b.
+func sliceReader(b []byte, off, n int64) io.ReadCloser { return newMemBody(clamp(b, off, n)) }
+
+func newMemBody(b []byte) *memBody {
+	m := &memBody{b: b}
+	m.Reset(b)
 	return m
 }
 
-// memBody reads a cached segment. Bytes returns the unread part (callers
-// must not modify it), so a writer can send it in one call.
+// memBody reads bytes of the memory tier (the cache's: never modified).
 type memBody struct {
 	bytes.Reader
 	b []byte
 }
-
-// Bytes returns the unread part of the segment.
-func (m *memBody) Bytes() []byte { return m.b[len(m.b)-m.Len():] }
 
 // Close does nothing: the bytes belong to the cache.
 func (m *memBody) Close() error { return nil }

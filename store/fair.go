@@ -190,7 +190,7 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 	}
 	tenant := TenantOf(ctx)
 	g.mu.Lock()
-	if g.inUse < g.limit && g.waiting == 0 {
+	if (g.inUse < g.limit && g.waiting == 0) || g.underShareLocked(tenant) {
 		g.inUse++
 		g.inUseG.Store(int64(g.inUse))
 		g.held[tenant]++
@@ -246,6 +246,30 @@ func (g *fairGate) acquire(ctx context.Context) (release func(), err error) {
 		return nil, fmt.Errorf("store: %w", err)
 	}
 	return g.releaser(tenant), nil
+}
+
+// underShareLocked reports whether tenant may take a slot at once above
+// the adaptive limit: it has no read waiting (its own reads stay in
+// order), fewer than the ceiling (store_concurrency) run in all, and it
+// holds less than an equal share of the limit among the tenants holding
+// or waiting for slots, itself included. A tenant whose clients arrive
+// beside another tenant's storm then reads at once instead of after the
+// storm's next release, while the storming tenant, above its share,
+// waits; the store never runs more than the ceiling's reads.
+func (g *fairGate) underShareLocked(tenant string) bool {
+	if g.inUse >= g.slots || g.tenants[tenant] != nil {
+		return false
+	}
+	active := len(g.tenants)
+	for k := range g.held {
+		if g.tenants[k] == nil {
+			active++
+		}
+	}
+	if g.held[tenant] == 0 {
+		active++ // the tenant itself, holding nothing yet
+	}
+	return g.held[tenant]*active < g.limit
 }
 
 // settledLocked reports whether w was admitted or pushed out already.

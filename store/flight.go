@@ -86,8 +86,10 @@ func (g *flight[T]) run(ctx context.Context, cancel context.CancelFunc, key stri
 }
 
 // start runs fn for key in the background unless a call for key is under
-// way, and returns without waiting; started is false when one was.
-func (g *flight[T]) start(key string, timeout time.Duration, fn func(context.Context) (T, error)) (started bool) {
+// way, and returns without waiting; started is false when one was (or
+// spawn refused). fn runs under parent (its end stops it) on the
+// goroutine spawn starts, so that the owner can stop and wait for it.
+func (g *flight[T]) start(parent context.Context, spawn func(func()) bool, key string, timeout time.Duration, fn func(context.Context) (T, error)) (started bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.calls == nil {
@@ -98,10 +100,15 @@ func (g *flight[T]) start(key string, timeout time.Duration, fn func(context.Con
 		return false
 	}
 	fc := &flightCall[T]{done: make(chan struct{})}
+	sctx, cancel := context.WithTimeout(parent, timeout)
 	g.calls[key] = fc
-	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	g.inFlight.Add(1)
-	go g.run(sctx, cancel, key, fc, fn)
+	if !spawn(func() { g.run(sctx, cancel, key, fc, fn) }) {
+		cancel()
+		g.inFlight.Add(-1)
+		delete(g.calls, key)
+		return false // the owner is closed
+	}
 	return true
 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // What a storm looks like from the store's side: which tier answered an
-// Open (OpenTier), how many fills run and how many callers wait on them,
+// Open (Body.Tier), how many fills run and how many callers wait on them,
 // and how many segment bytes were read from the inner store (the bucket's
 // egress), all read at scrape time.
 
@@ -69,27 +69,6 @@ const (
 // (Cached).
 type RecordSourcer interface {
 	LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error)
-}
-
-// TierOpener is a store that says which tier answered an Open (Cached).
-type TierOpener interface {
-	OpenTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error)
-}
-
-// BodyTier is the tier a body returned by Cached (Open, Variant) is read
-// from when it is one of the cache's own (TierMemory or TierDisk), and
-// TierStore for any other body.
-func BodyTier(rc io.Reader) Tier {
-	switch rc.(type) {
-	case *memBody:
-		return TierMemory
-	case *diskBody:
-		if b := rc.(*diskBody); b.h.Growing() {
-			return TierDiskFollow // a variant still being encoded
-		}
-		return TierDisk
-	}
-	return TierStore
 }
 
 // diskTier is the tier of a handle the disk tier returned.
@@ -176,7 +155,6 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 
 // Interface guards
 var (
-	_ TierOpener    = (*Cached)(nil)
 	_ RecordSourcer = (*Cached)(nil)
 	_ io.ReadCloser = (*countingBody)(nil)
 	_ io.Writer     = (*countingWriter)(nil)

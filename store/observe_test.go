@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"io"
 	"sync"
 	"testing"
 )
@@ -11,7 +10,7 @@ import (
 // openTier opens id whole and reads it, returning the tier.
 func openTier(t *testing.T, c *Cached, id string, want []byte) Tier {
 	t.Helper()
-	rc, tier, err := c.OpenTier(context.Background(), id, 0, -1)
+	rc, tier, err := c.openTier(context.Background(), id, 0, -1)
 	got := readAll(t, rc, err)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s: wrong bytes (%d of %d)", id, len(got), len(want))
@@ -115,7 +114,12 @@ func TestOpenTierAndFlow(t *testing.T) {
 	if got := c.Flow().StoreReadBytes; got != want {
 		t.Fatalf("StoreReadBytes = %d, want %d (each segment read from the store once)", got, want)
 	}
-	if got := BodyTier(io.NopCloser(nil)); got != TierStore {
-		t.Fatalf("BodyTier of a foreign body = %d", got)
+	b, err := Direct(cs).OpenBody(context.Background(), oid, Want{N: int64(len(other)), Size: int64(len(other))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := b.Tier(); got != TierStore || !b.Streamed() {
+		t.Fatalf("a body of a store without the cache: tier %d, streamed %v", got, b.Streamed())
 	}
 }

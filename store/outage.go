@@ -199,8 +199,8 @@ func (c *Cached) probe() {
 	}
 }
 
-// Stop ends the Cached's background work (the probe of an open breaker)
-// and waits for it, without closing the inner store (which its owner may
+// Stop ends the Cached's background work (the probe of an open breaker,
+// the variant builds) and waits for it, without closing the inner store (which its owner may
 // share). Calls after Stop still work; the breaker then no longer opens.
 func (c *Cached) Stop() {
 	c.brk.mu.Lock()

@@ -98,24 +98,35 @@ func (b *SQLiteBlobs) check(ctx context.Context) error {
 	return nil
 }
 
-// readTx runs fn on a pooled connection inside one read transaction,
-// which it ends before the connection goes back to the pool. op names the
-// operation in errors ("sqlite copy", "sqlite open"). Every blob read of
-// the edge goes through here, so none holds its lock past fn.
-func (b *SQLiteBlobs) readTx(ctx context.Context, op string, fn func(conn *sqlite.Conn) error) (err error) {
+// readTx runs fn on a pooled connection inside one read transaction
+// (inReadTx). op names the operation in errors ("sqlite copy", "sqlite
+// open").
+func (b *SQLiteBlobs) readTx(ctx context.Context, op string, fn func(conn *sqlite.Conn) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("store: %s: %w", op, err)
 	}
-	conn, err := b.pool.Take(ctx) // interrupts the connection when ctx ends
-	if err != nil {
+	if err := inReadTx(ctx, b.pool, fn); err != nil {
 		return fmt.Errorf("store: %s: %w", op, err)
 	}
-	defer b.pool.Put(conn)
+	return nil
+}
+
+// inReadTx runs fn on a connection of pool inside one read transaction,
+// which it ends before the connection goes back to the pool. Every blob
+// read of the edge (readTx, the lock-free fill) goes through here, so
+// none holds its lock past fn. Errors are fn's, the pool's, or ctx's when
+// it ended, unwrapped, except a failed end of the transaction.
+func inReadTx(ctx context.Context, pool *sqlitex.Pool, fn func(conn *sqlite.Conn) error) (err error) {
+	conn, err := pool.Take(ctx) // interrupts the connection when ctx ends
+	if err != nil {
+		return err
+	}
+	defer pool.Put(conn)
 	if err := sqlitex.Execute(conn, "BEGIN", nil); err != nil {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return fmt.Errorf("store: %s: %w", op, err)
+		return err
 	}
 	defer func() {
 		// An interrupted connection refuses every statement: lift the
@@ -124,7 +135,7 @@ func (b *SQLiteBlobs) readTx(ctx context.Context, op string, fn func(conn *sqlit
 		// rollback journal hold the writer off).
 		conn.SetInterrupt(nil)
 		if rerr := sqlitex.Execute(conn, "ROLLBACK", nil); rerr != nil && err == nil {
-			err = fmt.Errorf("store: %s: end transaction: %w", op, rerr)
+			err = fmt.Errorf("end transaction: %w", rerr)
 		}
 	}()
 	return fn(conn)

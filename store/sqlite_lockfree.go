@@ -256,23 +256,14 @@ func (s *SQLite) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID st
 
 // lockFreeRead copies the blob of segmentID to pw on a nolock
 // connection. Any error is the caller's to classify.
-func lockFreeRead(ctx context.Context, pool *sqlitex.Pool, segmentID string, pw *pendingWriter) (err error) {
-	conn, err := pool.Take(ctx)
-	if err != nil {
-		return err
-	}
-	defer pool.Put(conn)
+func lockFreeRead(ctx context.Context, pool *sqlitex.Pool, segmentID string, pw *pendingWriter) error {
 	// One transaction: the connection's page cache is checked against
 	// the file's change counter once, at its start.
-	if err := sqlitex.Execute(conn, "BEGIN", nil); err != nil {
-		return err
-	}
-	defer func() {
-		conn.SetInterrupt(nil)
-		if rerr := sqlitex.Execute(conn, "ROLLBACK", nil); rerr != nil && err == nil {
-			err = rerr
-		}
-	}()
+	return inReadTx(ctx, pool, func(conn *sqlite.Conn) error { return lockFreeCopy(conn, segmentID, pw) })
+}
+
+// lockFreeCopy is lockFreeRead's copy, inside its transaction.
+func lockFreeCopy(conn *sqlite.Conn, segmentID string, pw *pendingWriter) (err error) {
 	rowid, length, found := int64(0), int64(0), false
 	err = sqlitex.Execute(conn, `SELECT rowid, byte_length FROM sync_segments WHERE segment_id = ?1`,
 		&sqlitex.ExecOptions{

@@ -103,7 +103,7 @@ func (c *Cached) diskSource(ctx context.Context, segmentID string) disk.Source {
 
 // diskCopy is diskSource without the gate.
 func (c *Cached) diskCopy(segmentID string) disk.Source {
-	if bc, ok := c.inner.(blobCopier); ok {
+	if bc := c.copier; bc != nil {
 		return func(ctx context.Context, w io.Writer) error {
 			if err := c.guard(); err != nil {
 				return err
@@ -177,32 +177,15 @@ func (b *diskBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Raw returns the disk tier's reader itself. For a complete file it is an
-// *io.LimitedReader over an *os.File: copied unwrapped to an
-// http.ResponseWriter it reaches sendfile(2). Its errors are the disk
-// package's (a mismatch matches disk.ErrHashMismatch/ErrSizeMismatch).
-func (b *diskBody) Raw() io.Reader { return b.r }
-
 // Close releases the file.
 func (b *diskBody) Close() error { return b.h.Close() }
 
-// VerifyWhole wraps the whole body of segmentID (size bytes) streamed from
-// a store so that it ends cleanly (io.EOF) only after its bytes hashed to
-// the id and were exactly size long. Otherwise it returns an error
-// matching ErrCorruptSegment in place of the read that would have
-// delivered the last byte, so a response copied from it can be aborted
-// before the client has every byte it was promised. Bodies already
-// verified (the memory and disk tiers) are returned as they are.
-func VerifyWhole(rc io.ReadCloser, segmentID string, size int64) io.ReadCloser {
-	switch rc.(type) {
-	case *memBody, *diskBody, *verifyReader:
-		return rc
-	}
-	return newVerifyReader(rc, segmentID, size, nil)
-}
-
-// verifyReader is segid.Reader with the store's errors: every way a body
-// fails to be its segment's is ErrCorruptSegment.
+// verifyReader is segid.Reader with the store's errors: the whole body of
+// a segment (size bytes) streamed from a store ends cleanly (io.EOF) only
+// after its bytes hashed to the id and were exactly size long; every way
+// it fails to be its segment's is ErrCorruptSegment, returned in place of
+// the read that would have delivered the last byte, so a response copied
+// from it can be aborted before the client has every byte it was promised.
 type verifyReader struct {
 	rc   io.ReadCloser
 	id   string

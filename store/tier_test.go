@@ -138,19 +138,15 @@ func TestTierFillsOnceAndServesFromDisk(t *testing.T) {
 				t.Fatalf("stats %+v, disk %+v", st, ds)
 			}
 			// A complete file keeps the sendfile shape for the handler.
-			rc, err := c.Open(ctx, id, 0, -1)
+			body, err := c.OpenBody(ctx, id, Want{N: int64(len(b)), Size: int64(len(b))})
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer rc.Close()
-			raw, ok := rc.(interface{ Raw() io.Reader })
-			if !ok {
-				t.Fatalf("disk body %T has no Raw", rc)
-			}
-			if lr, ok := raw.Raw().(*io.LimitedReader); !ok || lr.N != int64(len(b)) {
-				t.Fatalf("Raw is %T, want *io.LimitedReader over the file", raw.Raw())
-			} else if _, ok := lr.R.(*os.File); !ok {
-				t.Fatalf("Raw reads %T, want *os.File", lr.R)
+			defer body.Close()
+			if body.kind != bodyFile || body.file.N != int64(len(b)) || body.Tier() != TierDisk || body.Streamed() {
+				t.Fatalf("disk body: kind %d, tier %d, want a complete file (the sendfile shape)", body.kind, body.Tier())
+			} else if _, ok := body.file.R.(*os.File); !ok {
+				t.Fatalf("the file body reads %T, want *os.File", body.file.R)
 			}
 		})
 	}
@@ -248,16 +244,19 @@ func TestTierUnusableDirectoryStreams(t *testing.T) {
 	}
 }
 
-// VerifyWhole passes a right body through to a clean end.
+// A whole streamed body is verified, and passes a right body through to
+// a clean end.
 func TestVerifyWholeRightBody(t *testing.T) {
 	b := randomBytes(100_000, 4)
-	rc := VerifyWhole(io.NopCloser(bytes.NewReader(b)), segID(b), int64(len(b)))
-	got, err := io.ReadAll(rc)
+	want := Want{N: int64(len(b)), Size: int64(len(b))}
+	body := identityBody(io.NopCloser(bytes.NewReader(b)), TierStore, segID(b), want)
+	got, err := io.ReadAll(body)
 	if err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("read %d bytes: %v", len(got), err)
 	}
-	// Cached bodies are already verified: not wrapped twice.
-	if m := sliceReader(b, 0, -1); VerifyWhole(m, segID(b), int64(len(b))) != m {
-		t.Fatal("a memory-tier body was wrapped")
+	// A body already verified is not wrapped twice.
+	v := newVerifyReader(io.NopCloser(bytes.NewReader(b)), segID(b), int64(len(b)), nil)
+	if body := identityBody(v, TierStore, segID(b), want); body.r != io.Reader(v) {
+		t.Fatal("a verified body was wrapped again")
 	}
 }

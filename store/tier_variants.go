@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // Variants of large segments: a segment the bytes cache does not hold
@@ -15,18 +16,18 @@ import (
 // disk tier's reader, so a complete variant file goes out with
 // sendfile(2) like an identity file.
 
-// diskVariant is Variant's step for the disk tier.
-func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, VariantState) {
+// diskVariant is variant's step for the disk tier.
+func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, disk.VariantState) {
 	d := c.opts.Disk
 	if d == nil {
-		return nil, 0, VariantUnavailable
+		return nil, 0, variantUnavailable
 	}
 	size, ok := c.records.size(segmentID)
 	if !ok {
-		return nil, 0, VariantUnavailable
+		return nil, 0, variantUnavailable
 	}
 	h, st := d.Variant(segmentID, size, coding)
-	if st != VariantReady && st != VariantFollowing {
+	if st != variantReady && st != variantFollowing {
 		return nil, 0, st
 	}
 	// A growing variant's reader waits for its encoder: under the
@@ -35,7 +36,7 @@ func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadC
 	r, err := h.Reader(context.Background(), 0, -1)
 	if err != nil {
 		h.Close()
-		return nil, 0, VariantUnavailable
+		return nil, 0, variantUnavailable
 	}
 	c.diskReads.Add(1)
 	return &diskBody{h: h, r: r}, h.Size(), st
@@ -53,10 +54,10 @@ func (c *Cached) variantStats() VariantStats {
 	return s
 }
 
-// BindContext makes a body that follows a growing variant stop waiting
+// bindContext makes a body that follows a growing variant stop waiting
 // for more bytes when ctx ends (the request's context: a client that went
 // away). Call it before the first Read; other bodies ignore it.
-func BindContext(ctx context.Context, body io.Reader) {
+func bindContext(ctx context.Context, body io.Reader) {
 	b, ok := body.(*diskBody)
 	if !ok || !b.h.Growing() {
 		return

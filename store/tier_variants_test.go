@@ -3,7 +3,6 @@ package store
 import (
 	"bytes"
 	"context"
-	"io"
 	"sync"
 	"testing"
 
@@ -21,14 +20,14 @@ func TestTierVariantsFromDisk(t *testing.T) {
 	rid := cs.add(rnd)
 	c, _ := tierCache(t, streamStore{cs}, t.TempDir())
 	ctx := context.Background()
-	if _, _, st := c.Variant(id, compress.Gzip); st != VariantUnavailable {
+	if _, _, st := c.variant(id, compress.Gzip); st != variantUnavailable {
 		t.Fatalf("before the record is known: state %d, want unavailable", st)
 	}
 	for _, sid := range []string{id, rid} {
 		if _, err := c.Lookup(ctx, sid); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, st := c.Variant(sid, compress.Gzip); st != VariantUnavailable {
+		if _, _, st := c.variant(sid, compress.Gzip); st != variantUnavailable {
 			t.Fatalf("before the identity file exists: state %d, want unavailable", st)
 		}
 		rc, err := c.Open(ctx, sid, 0, -1)
@@ -42,29 +41,25 @@ func TestTierVariantsFromDisk(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if rc, _, _ := c.Variant(id, compress.Zstd); rc != nil {
+			if rc, _, _ := c.variant(id, compress.Zstd); rc != nil {
 				rc.Close()
 			}
 		}()
 	}
 	wg.Wait()
 	got, st := awaitVariant(t, c, id, compress.Zstd)
-	if st != VariantReady || !bytes.Equal(decode(t, compress.Zstd, got), b) {
-		t.Fatalf("zstd: state %d, decodes %v", st, st == VariantReady && bytes.Equal(decode(t, compress.Zstd, got), b))
+	if st != variantReady || !bytes.Equal(decode(t, compress.Zstd, got), b) {
+		t.Fatalf("zstd: state %d, decodes %v", st, st == variantReady && bytes.Equal(decode(t, compress.Zstd, got), b))
 	}
-	rc, size, st := c.Variant(id, compress.Zstd)
-	if st != VariantReady || size != int64(len(got)) {
+	rc, size, st := c.variant(id, compress.Zstd)
+	if st != variantReady || size != int64(len(got)) {
 		t.Fatalf("hit: state %d size %d, want ready %d", st, size, len(got))
 	}
-	raw, ok := rc.(interface{ Raw() io.Reader })
-	if !ok {
-		t.Fatal("a disk variant body has no Raw reader")
-	}
-	if lr, ok := raw.Raw().(*io.LimitedReader); !ok || lr.N != size {
-		t.Fatalf("Raw is %T, want the sendfile shape *io.LimitedReader of %d", raw.Raw(), size)
+	if vb := variantBody(rc, compress.Zstd, size); vb.kind != bodyFile || vb.file.N != size || vb.Tier() != TierDisk {
+		t.Fatalf("a disk variant body: kind %d, tier %d, want the sendfile shape of %d bytes", vb.kind, vb.Tier(), size)
 	}
 	rc.Close()
-	if _, st := awaitVariant(t, c, rid, compress.Gzip); st != VariantNotWorth {
+	if _, st := awaitVariant(t, c, rid, compress.Gzip); st != variantNotWorth {
 		t.Fatalf("noise: state %d, want not worth", st)
 	}
 	vs := c.Stats().Variants

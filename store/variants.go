@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,44 +15,23 @@ import (
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
-// VariantState says what Cached.Variant found for a (segment, coding):
-// the disk tier's states, which mean the same in memory (Ready: the body
-// is the variant; Building, NotWorth, Unavailable: answer identity).
-type VariantState = disk.VariantState
-
-// The states, as the disk tier names them.
+// The states of a variant, as the disk tier names them (Ready: the body
+// is the variant; Building, NotWorth, Unavailable: answer identity;
+// Following: the body is a large segment's variant still being encoded
+// while its segment is filled, size -1 (unknown until its end), and it
+// fails, rather than end, if the variant does not verify).
 const (
-	VariantReady       = disk.VariantReady
-	VariantBuilding    = disk.VariantBuilding
-	VariantNotWorth    = disk.VariantNotWorth
-	VariantUnavailable = disk.VariantUnavailable
-	// VariantFollowing: the body is a large segment's variant still
-	// being encoded while its segment is filled; size is -1 (unknown
-	// until its end), and the body fails, rather than end, if the
-	// variant does not verify: abort the answer then.
-	VariantFollowing = disk.VariantFollowing
+	variantReady       = disk.VariantReady
+	variantBuilding    = disk.VariantBuilding
+	variantNotWorth    = disk.VariantNotWorth
+	variantUnavailable = disk.VariantUnavailable
+	variantFollowing   = disk.VariantFollowing
 )
 
-// VariantStore is a store that keeps content-coded variants of segments
-// (Cached does).
+// VariantStore is a store that keeps content-coded variants of its
+// segments (Cached): its answers may be coded.
 type VariantStore interface {
-	// Variant returns the c variant of segmentID when it is held now
-	// (VariantReady) or being encoded from a fill in progress
-	// (VariantFollowing, size -1), and otherwise starts building it in
-	// the background when it can: it never waits for a build.
-	Variant(segmentID string, c compress.Coding) (body io.ReadCloser, size int64, state VariantState)
-}
-
-// VariantWaiter is a VariantStore whose builds of small segments a
-// request may wait for (Cached is).
-type VariantWaiter interface {
-	// WaitVariant waits, at most until ctx ends, for a build of the c
-	// variant of segmentID from bytes held in memory that is under way,
-	// when the build can be expected to end before identity bytes would
-	// have reached a mobile client (WaitBound); it reports whether one
-	// ended (Variant then has the answer). It does not wait for the disk
-	// tier's builds.
-	WaitVariant(ctx context.Context, segmentID string, c compress.Coding) bool
+	Server
 }
 
 // MobileRate is the client rate the wait for a build is weighed against:
@@ -82,8 +60,13 @@ func WaitBound(size int64) time.Duration {
 // well under one mobile round trip, so identity is sent at once.
 const WaitMinSize = 64 << 10
 
-// WaitVariant implements VariantWaiter.
-func (c *Cached) WaitVariant(ctx context.Context, segmentID string, coding compress.Coding) bool {
+// waitVariant waits, at most until ctx ends, for a build of the coding
+// variant of segmentID from bytes held in memory that is under way, when
+// the build can be expected to end before identity bytes would have
+// reached a mobile client (WaitBound); it reports whether one ended
+// (variant then has the answer). It does not wait for the disk tier's
+// builds.
+func (c *Cached) waitVariant(ctx context.Context, segmentID string, coding compress.Coding) bool {
 	if c.opts.MaxBytes <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return false
 	}
@@ -140,8 +123,6 @@ type variantTier struct {
 const notWorthMax = 10_000
 
 func (v *variantTier) init(maxRecords int) {
-	n := max(1, runtime.GOMAXPROCS(0)/2)
-	v.slots = make(chan struct{}, n)
 	if maxRecords <= 0 {
 		maxRecords = notWorthMax
 	}
@@ -173,14 +154,18 @@ func variantKey(segmentID string, c compress.Coding) string {
 	return segmentID + "+" + c.String()
 }
 
-// Variant implements VariantStore for the memory tier: a variant is built
-// only from verified identity bytes held in the bytes cache, once per
-// (segment, coding) (concurrent callers share one build), verified to
-// decode to the segment, and kept in the bytes cache. Identity and
-// invalid codings are VariantUnavailable.
-func (c *Cached) Variant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, VariantState) {
+// variant returns the coding variant of segmentID when it is held now
+// (variantReady) or being encoded from a fill in progress
+// (variantFollowing, size -1), and otherwise starts building it in the
+// background when it can: it never waits for a build. In the memory tier
+// a variant is built only from verified identity bytes held in the bytes
+// cache, once per (segment, coding) (concurrent callers share one build),
+// verified to decode to the segment, and kept in the bytes cache; a
+// large segment's is the disk tier's (tier_variants.go). Identity and
+// invalid codings are variantUnavailable.
+func (c *Cached) variant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, disk.VariantState) {
 	if coding != compress.Gzip && coding != compress.Zstd {
-		return nil, 0, VariantUnavailable
+		return nil, 0, variantUnavailable
 	}
 	if c.opts.MaxBytes <= 0 {
 		return c.diskVariant(segmentID, coding) // tier_variants.go
@@ -188,34 +173,48 @@ func (c *Cached) Variant(segmentID string, coding compress.Coding) (io.ReadClose
 	key := variantKey(segmentID, coding)
 	if b, ok := c.blobs.get(key); ok {
 		c.byteHits.Add(1)
-		return sliceReader(b, 0, -1), int64(len(b)), VariantReady
+		return sliceReader(b, 0, -1), int64(len(b)), variantReady
 	}
 	if c.vt.isNotWorth(key) {
-		return nil, 0, VariantNotWorth
+		return nil, 0, variantNotWorth
 	}
 	if c.vt.builds.running(key) {
-		return nil, 0, VariantBuilding
+		return nil, 0, variantBuilding
 	}
 	identity, ok := c.blobs.peek(segmentID)
 	if !ok {
 		return c.diskVariant(segmentID, coding) // a large segment: tier_variants.go
 	}
-	select {
-	case c.vt.slots <- struct{}{}:
-	default:
-		return nil, 0, VariantUnavailable // every build slot busy: a later request retries
+	if !compress.Builds.TryAcquire() {
+		return nil, 0, variantUnavailable // every build slot busy: a later request retries
 	}
 	// A build is CPU-bound: allow it the shared-call timeout plus a second
 	// per MiB (a ~35 MB/s encoder on a loaded core needs well under that).
 	timeout := c.opts.Timeout + time.Duration(len(identity)>>20)*time.Second
-	started := c.vt.builds.start(key, timeout, func(ctx context.Context) (struct{}, error) {
-		defer func() { <-c.vt.slots }()
+	started := c.vt.builds.start(c.ctx, c.background, key, timeout, func(ctx context.Context) (struct{}, error) {
+		defer compress.Builds.Release()
 		return struct{}{}, c.buildVariant(ctx, key, segmentID, coding, identity)
 	})
 	if !started {
-		<-c.vt.slots
+		compress.Builds.Release()
 	}
-	return nil, 0, VariantBuilding
+	return nil, 0, variantBuilding
+}
+
+// background runs fn on a goroutine of its own unless Stop has run;
+// Stop waits for it.
+func (c *Cached) background(fn func()) bool {
+	c.brk.mu.Lock() // Stop cancels under it: no Add after its Wait
+	defer c.brk.mu.Unlock()
+	if c.ctx.Err() != nil {
+		return false
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 // buildVariant encodes identity with coding, verifies it and keeps it
@@ -234,7 +233,7 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 	defer func() { c.blobs.release(reserved) }()
 	var buf bytes.Buffer
 	buf.Grow(int(size))
-	src := &ctxReader{ctx: ctx, r: bytes.NewReader(identity)}
+	src := compress.ContextReader(ctx, bytes.NewReader(identity))
 	// A build that fails gives its reservation back before it is marked
 	// not worth: whoever sees the mark sees the budget as it ends.
 	unreserve := func() { c.blobs.release(reserved); reserved = 0 }
@@ -265,25 +264,5 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 	return nil
 }
 
-// ctxReader stops a build whose shared call timed out.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r *ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, err
-	}
-	// Small reads, so a timeout is noticed within one chunk.
-	if len(p) > 256<<10 {
-		p = p[:256<<10]
-	}
-	return r.r.Read(p)
-}
-
 // Interface guards
-var (
-	_ VariantStore  = (*Cached)(nil)
-	_ VariantWaiter = (*Cached)(nil)
-)
+var _ VariantStore = (*Cached)(nil)

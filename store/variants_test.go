@@ -14,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 // rowsLike is n bytes of JSON-ish rows: compressible like a real segment
@@ -80,17 +81,17 @@ func cachedWith(t *testing.T, opts CacheOptions, data []byte) (*Cached, string) 
 
 // awaitVariant calls Variant until it is no longer building, and returns
 // the last answer.
-func awaitVariant(t *testing.T, c *Cached, id string, coding compress.Coding) ([]byte, VariantState) {
+func awaitVariant(t *testing.T, c *Cached, id string, coding compress.Coding) ([]byte, disk.VariantState) {
 	t.Helper()
 	var got []byte
-	var st VariantState
+	var st disk.VariantState
 	waitFor(t, "variant "+coding.String(), func() bool {
 		var rc io.ReadCloser
-		rc, _, st = c.Variant(id, coding)
-		if st == VariantReady {
+		rc, _, st = c.variant(id, coding)
+		if st == variantReady {
 			got = readAll(t, rc, nil)
 		}
-		return st != VariantBuilding
+		return st != variantBuilding
 	})
 	return got, st
 }
@@ -105,8 +106,8 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 			for i := range results {
 				wg.Go(func() {
 					for range 5_000 {
-						rc, n, st := c.Variant(id, coding)
-						if st == VariantReady {
+						rc, n, st := c.variant(id, coding)
+						if st == variantReady {
 							b, err := io.ReadAll(rc)
 							if err != nil || int64(len(b)) != n {
 								t.Errorf("read %d of %d bytes: %v", len(b), n, err)
@@ -114,7 +115,7 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 							results[i] = b
 							return
 						}
-						if st != VariantBuilding {
+						if st != variantBuilding {
 							t.Errorf("state %d, want building or ready", st)
 							return
 						}
@@ -152,12 +153,12 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 
 func TestVariantIncompressibleRemembered(t *testing.T) {
 	c, id := cachedWith(t, DefaultCacheOptions(), noise(64<<10, 3))
-	if _, st := awaitVariant(t, c, id, compress.Gzip); st != VariantNotWorth {
-		t.Fatalf("state %d, want VariantNotWorth", st)
+	if _, st := awaitVariant(t, c, id, compress.Gzip); st != variantNotWorth {
+		t.Fatalf("state %d, want variantNotWorth", st)
 	}
 	for range 5 {
-		if _, _, st := c.Variant(id, compress.Gzip); st != VariantNotWorth {
-			t.Fatalf("state %d on a repeat, want VariantNotWorth", st)
+		if _, _, st := c.variant(id, compress.Gzip); st != variantNotWorth {
+			t.Fatalf("state %d on a repeat, want variantNotWorth", st)
 		}
 	}
 	st := c.Stats().Variants
@@ -189,11 +190,11 @@ func TestVariantCorruptNeverKept(t *testing.T) {
 				t.Fatal(err)
 			}
 			openAll(t, c, ctx, id, 0, -1)
-			if _, st := awaitVariant(t, c, id, coding); st != VariantNotWorth {
-				t.Fatalf("state %d, want VariantNotWorth (rejected)", st)
+			if _, st := awaitVariant(t, c, id, coding); st != variantNotWorth {
+				t.Fatalf("state %d, want variantNotWorth (rejected)", st)
 			}
 			for range 5 {
-				if rc, _, st := c.Variant(id, coding); st == VariantReady || rc != nil {
+				if rc, _, st := c.variant(id, coding); st == variantReady || rc != nil {
 					t.Fatal("a corrupted variant was served")
 				}
 			}
@@ -216,17 +217,17 @@ func TestVariantNeedsIdentityInMemory(t *testing.T) {
 	opts.MaxEntry = 32 << 10 // the segment is too large for memory
 	c := NewCached(inner, opts)
 	ctx := context.Background()
-	if _, _, st := c.Variant(id, compress.Gzip); st != VariantUnavailable {
+	if _, _, st := c.variant(id, compress.Gzip); st != variantUnavailable {
 		t.Fatalf("before any read: state %d, want unavailable", st)
 	}
 	if _, err := c.Lookup(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	openAll(t, c, ctx, id, 0, -1) // streamed, not cached
-	if _, _, st := c.Variant(id, compress.Gzip); st != VariantUnavailable {
+	if _, _, st := c.variant(id, compress.Gzip); st != variantUnavailable {
 		t.Fatalf("larger than max_entry: state %d, want unavailable", st)
 	}
-	if _, _, st := c.Variant(id, compress.Identity); st != VariantUnavailable {
+	if _, _, st := c.variant(id, compress.Identity); st != variantUnavailable {
 		t.Fatalf("identity: state %d, want unavailable", st)
 	}
 	if got := c.Stats().Variants; got != (VariantStats{}) {
@@ -234,7 +235,7 @@ func TestVariantNeedsIdentityInMemory(t *testing.T) {
 	}
 
 	off := NewCached(inner, CacheOptions{})
-	if _, _, st := off.Variant(id, compress.Zstd); st != VariantUnavailable {
+	if _, _, st := off.variant(id, compress.Zstd); st != variantUnavailable {
 		t.Fatalf("cache off: state %d, want unavailable", st)
 	}
 }
@@ -263,7 +264,7 @@ func TestVariantWithinBudget(t *testing.T) {
 		if used := c.Stats().Bytes; used > opts.MaxBytes {
 			t.Fatalf("cache holds %d bytes, budget %d", used, opts.MaxBytes)
 		}
-		if st == VariantReady && !bytes.Equal(decode(t, k.coding, b), k.data) {
+		if st == variantReady && !bytes.Equal(decode(t, k.coding, b), k.data) {
 			t.Fatal("variant does not decode to its segment")
 		}
 	}
@@ -280,18 +281,18 @@ func TestWaitVariantForBuildUnderWay(t *testing.T) {
 	data := rowsLike(2<<20, 31)
 	c, id := cachedWith(t, DefaultCacheOptions(), data)
 	ctx := context.Background()
-	if c.WaitVariant(ctx, id, compress.Gzip) {
+	if c.waitVariant(ctx, id, compress.Gzip) {
 		t.Fatal("waited with no build under way")
 	}
 	// Hold the build between encoding and verification until released.
 	release := make(chan struct{})
 	SetVariantFaultForTest(c, func(compress.Coding, []byte) { <-release })
-	if _, _, st := c.Variant(id, compress.Gzip); st != VariantBuilding {
+	if _, _, st := c.variant(id, compress.Gzip); st != variantBuilding {
 		t.Fatalf("state %d, want building", st)
 	}
 	// Held: the wait gives up at its bound (2 MiB: about 168 ms).
 	t0 := time.Now()
-	if c.WaitVariant(ctx, id, compress.Gzip) {
+	if c.waitVariant(ctx, id, compress.Gzip) {
 		t.Fatal("the wait ended although the build is held")
 	}
 	if took := time.Since(t0); took < WaitBound(int64(len(data)))/2 {
@@ -300,21 +301,21 @@ func TestWaitVariantForBuildUnderWay(t *testing.T) {
 	// A caller's context ends its wait too.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if c.WaitVariant(cctx, id, compress.Gzip) {
+	if c.waitVariant(cctx, id, compress.Gzip) {
 		t.Fatal("waited past its context")
 	}
 	// Released, the build ends well within a long bound (the race
 	// detector slows the verification past the real one).
 	c.vt.waitBound = func(int64) time.Duration { return time.Minute }
 	done := make(chan bool, 1)
-	go func() { done <- c.WaitVariant(ctx, id, compress.Gzip) }()
+	go func() { done <- c.waitVariant(ctx, id, compress.Gzip) }()
 	time.Sleep(10 * time.Millisecond)
 	close(release)
 	if !<-done {
 		t.Fatal("the wait did not end with the build")
 	}
-	body, _, st := c.Variant(id, compress.Gzip)
-	if st != VariantReady {
+	body, _, st := c.variant(id, compress.Gzip)
+	if st != variantReady {
 		t.Fatalf("after the wait: state %d, want ready", st)
 	}
 	b, _ := io.ReadAll(body)
@@ -322,7 +323,7 @@ func TestWaitVariantForBuildUnderWay(t *testing.T) {
 	if !bytes.Equal(decode(t, compress.Gzip, b), data) {
 		t.Fatal("the variant does not decode to the segment")
 	}
-	if c.WaitVariant(ctx, id, compress.Zstd) {
+	if c.waitVariant(ctx, id, compress.Zstd) {
 		t.Fatal("waited for a coding with no build")
 	}
 }

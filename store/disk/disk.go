@@ -221,7 +221,7 @@ type Cache struct {
 	evictions, discarded, handoffs                  atomic.Uint64
 	bypassTooLarge, bypassNoRoom, bypassUnavailable atomic.Uint64
 
-	vs                                                     *variantState // variants.go; under mu
+	vs                                                     *variantLedger // variants.go; under mu
 	variantsMade, variantsRejected, variantsIncompressible atomic.Uint64
 	variantsGrown, variantFollowers                        atomic.Uint64
 }

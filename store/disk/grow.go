@@ -70,7 +70,7 @@ func (v *vfill) broadcast() {
 // when there is a slot and room; c.mu held. It returns the build or nil.
 // The files evicted for its room are the caller's to remove, after
 // unlocking.
-func (c *Cache) startGrowLocked(vs *variantState, f *fill, segmentID, vkey string, size int64, coding compress.Coding) (vf *vfill, victims []string) {
+func (c *Cache) startGrowLocked(vs *variantLedger, f *fill, segmentID, vkey string, size int64, coding compress.Coding) (vf *vfill, victims []string) {
 	select {
 	case vs.growSlots <- struct{}{}:
 	default:
@@ -240,7 +240,7 @@ func (c *Cache) endGrow(vf *vfill, segmentID string, size, reserve, written int6
 	}
 }
 
-func (c *Cache) markNotWorthLocked(vs *variantState, vkey string) {
+func (c *Cache) markNotWorthLocked(vs *variantLedger, vkey string) {
 	if len(vs.notWorth) >= notWorthMax {
 		clear(vs.notWorth)
 	}

@@ -3,7 +3,6 @@ package disk
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -55,11 +54,12 @@ const (
 // variant; past it the memory is cleared (a segment is then tried again).
 const notWorthMax = 10_000
 
-// variantState is the Cache's part for variants; guarded by Cache.mu.
-type variantState struct {
+// variantLedger is the Cache's part for variants; guarded by Cache.mu.
+// The builds from complete files take their slots from the process's one
+// build budget (compress.Builds).
+type variantLedger struct {
 	building map[string]bool
 	notWorth map[string]struct{}
-	slots    chan struct{}
 	// growing are the builds that follow a fill (grow.go), also in
 	// building; growSlots bounds them apart from the builds from
 	// complete files.
@@ -67,12 +67,11 @@ type variantState struct {
 	growSlots chan struct{}
 }
 
-func (c *Cache) variantsLocked() *variantState {
+func (c *Cache) variantsLocked() *variantLedger {
 	if c.vs == nil {
-		c.vs = &variantState{
+		c.vs = &variantLedger{
 			building: make(map[string]bool),
 			notWorth: make(map[string]struct{}),
-			slots:    make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2)),
 			growing:  make(map[string]*vfill),
 			// One per core, at least two: a fill followed in two codings.
 			growSlots: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))),
@@ -177,9 +176,7 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false
 	}
-	select {
-	case vs.slots <- struct{}{}:
-	default:
+	if !compress.Builds.TryAcquire() {
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false // every slot busy: a later request retries
 	}
@@ -187,14 +184,14 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 	// evicted meanwhile.
 	src, err := os.Open(c.path(key))
 	if err != nil {
-		<-vs.slots
+		compress.Builds.Release()
 		c.mu.Unlock()
 		return nil, VariantUnavailable, false
 	}
 	c.lru.MoveToFront(e.elem) // evicted last: the check above keeps it
 	victims, ok := c.reserveLocked(size)
 	if !ok {
-		<-vs.slots
+		compress.Builds.Release()
 		c.mu.Unlock()
 		src.Close()
 		return nil, VariantUnavailable, false
@@ -205,6 +202,62 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 	c.removeFiles(victims)
 	go c.buildVariant(src, segmentID, vkey, size, coding)
 	return nil, VariantBuilding, false
+}
+
+// HeldVariant returns a handle on the verified coding variant of
+// segmentID (size identity bytes) when its complete file is on disk, else
+// nil. Unlike Variant it starts nothing (no build, no verification) and
+// does not follow a variant still being encoded.
+func (c *Cache) HeldVariant(segmentID string, size int64, coding compress.Coding) *Handle {
+	key, ok := segid.Hex(segmentID)
+	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+		return nil
+	}
+	vkey := key + "+" + coding.String()
+	for range maxAttempts {
+		c.mu.Lock()
+		e := c.entries[vkey]
+		if c.closed || !c.ready || e == nil || !e.verified {
+			c.mu.Unlock()
+			return nil
+		}
+		touch, now := c.useLocked(e)
+		c.mu.Unlock()
+		h, again, err := c.openComplete(e, touch, now)
+		if err != nil {
+			return nil
+		}
+		if !again {
+			return h
+		}
+	}
+	return nil
+}
+
+// VariantSize reports, without I/O and without touching the index, the
+// length of the verified coding variant of segmentID on disk; with
+// growing, a variant still being encoded from a fill counts too (length
+// -1).
+func (c *Cache) VariantSize(segmentID string, size int64, coding compress.Coding, growing bool) (int64, bool) {
+	key, ok := segid.Hex(segmentID)
+	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+		return 0, false
+	}
+	vkey := key + "+" + coding.String()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || !c.ready {
+		return 0, false
+	}
+	if e := c.entries[vkey]; e != nil && e.verified {
+		return e.size, true
+	}
+	if growing && c.vs != nil {
+		if vf := c.vs.growing[vkey]; vf != nil {
+			return -1, true
+		}
+	}
+	return 0, false
 }
 
 // buildVariant encodes the identity file into a temporary file, verifies
@@ -243,7 +296,7 @@ func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, c
 	c.mu.Lock()
 	vs := c.variantsLocked()
 	delete(vs.building, vkey)
-	<-vs.slots
+	compress.Builds.Release()
 	c.reserved -= size
 	if notWorth {
 		if len(vs.notWorth) >= notWorthMax {
@@ -276,7 +329,7 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 		return 0, "", unavailable(err)
 	}
 	tmp := tf.Name()
-	written, err := compress.EncodeBounded(coding, tf, &ctxReader{ctx: ctx, r: src}, size)
+	written, err := compress.EncodeBounded(coding, tf, compress.ContextReader(ctx, src), size)
 	if err == nil && c.hooks.variant != nil {
 		err = c.hooks.variant(tf)
 	}
@@ -284,7 +337,7 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 		_, err = tf.Seek(0, io.SeekStart)
 	}
 	if err == nil {
-		err = compress.Verify(coding, &ctxReader{ctx: ctx, r: tf}, segmentID, size)
+		err = compress.Verify(coding, compress.ContextReader(ctx, tf), segmentID, size)
 	}
 	if cerr := tf.Close(); err == nil && cerr != nil {
 		err = unavailable(cerr)
@@ -344,22 +397,5 @@ func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding comp
 		return stamp{}, err
 	}
 	st := stampOf(fi)
-	return st, compress.Verify(coding, &ctxReader{ctx: c.ctx, r: f}, segmentID, size)
-}
-
-// ctxReader stops a build or verification when ctx ends (Close, the fill
-// timeout), checking between reads of at most copyBufSize.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (r *ctxReader) Read(p []byte) (int, error) {
-	if err := r.ctx.Err(); err != nil {
-		return 0, fmt.Errorf("disk cache: %w", err)
-	}
-	if len(p) > copyBufSize {
-		p = p[:copyBufSize]
-	}
-	return r.r.Read(p)
+	return st, compress.Verify(coding, compress.ContextReader(c.ctx, f), segmentID, size)
 }
