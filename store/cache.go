@@ -161,6 +161,7 @@ type Cached struct {
 	diskReads                atomic.Int64
 	storeRead                atomic.Int64 // segment bytes read from inner (observe.go)
 	graceHits, refusalHits   atomic.Int64
+	groupCounters            // cache_group.go
 }
 
 // NewCached wraps inner. Options are taken as given (see
@@ -363,7 +364,7 @@ func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bo
 		}
 		defer release()
 		start := c.opts.Now()
-		rec, err := c.inner.Lookup(sctx, segmentID)
+		rec, err := c.lookupInner(sctx, segmentID, start) // cache_group.go
 		c.observe(err)
 		switch {
 		case err == nil && rec != nil:

@@ -11,14 +11,19 @@ import (
 
 // recordLRU holds records with the time their read began: a
 // golang-lru simplelru under one mutex, which also guards the entries'
-// fields (fetched, served).
+// fields (fetched, served) and byAge.
 type recordLRU struct {
 	mu      sync.Mutex
 	c       *simplelru.LRU[string, *recordEntry] // nil: max <= 0, holds nothing
 	evicted atomic.Int64
+	// byAge lists the entries by fetched, oldest first (expiring), except
+	// those a scan found too old to list (a put lists them again).
+	byAge list.List
 }
 
 type recordEntry struct {
+	id      string
+	age     *list.Element // in byAge; nil: not listed
 	rec     *Record
 	fetched time.Time
 	served  bool // returned by a cache hit at least once
@@ -30,9 +35,85 @@ type recordEntry struct {
 func newRecordLRU(max int) *recordLRU {
 	l := &recordLRU{}
 	if max > 0 {
-		l.c, _ = simplelru.NewLRU[string, *recordEntry](max, nil) // only fails for max <= 0
+		l.c, _ = simplelru.NewLRU[string, *recordEntry](max, l.unlist) // only fails for max <= 0
 	}
 	return l
+}
+
+// unlist takes an evicted entry off byAge (under mu: simplelru calls it
+// from Add).
+func (l *recordLRU) unlist(_ string, ent *recordEntry) {
+	if ent.age != nil {
+		l.byAge.Remove(ent.age)
+		ent.age = nil
+	}
+}
+
+// enlist puts ent in byAge by its fetched time. Reads end in about the
+// order they began, so the place is found within a few steps of the
+// back; past 8 the entry goes there (expiring is a heuristic).
+func (l *recordLRU) enlist(ent *recordEntry) {
+	l.unlist("", ent)
+	at := l.byAge.Back()
+	for i := 0; at != nil && i < 8 && at.Value.(*recordEntry).fetched.After(ent.fetched); i++ {
+		at = at.Prev()
+	}
+	if at == nil {
+		ent.age = l.byAge.PushFront(ent)
+	} else {
+		ent.age = l.byAge.InsertAfter(ent, at)
+	}
+}
+
+// expiring returns up to k ids (never except) of the records read after
+// from and at or before until that a cache hit has served since their
+// read: the working set about to expire (or just expired). A record no
+// hit asked for since its read is left to expire, so a group refresh
+// keeps a record for at most one TTL after its last use. Entries read at
+// or before from leave byAge as the scan passes them (each once per
+// read); of the rest it looks at no more than 4k.
+func (l *recordLRU) expiring(except string, from, until time.Time, k int) []string {
+	if l.c == nil || k <= 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []string
+	for e, looked := l.byAge.Front(), 0; e != nil && len(ids) < k && looked < 4*k; {
+		ent, next := e.Value.(*recordEntry), e.Next()
+		switch {
+		case !ent.fetched.After(from):
+			l.unlist("", ent)
+		case ent.fetched.After(until):
+			return ids
+		default:
+			looked++
+			if ent.served && ent.id != except {
+				ids = append(ids, ent.id)
+			}
+		}
+		e = next
+	}
+	return ids
+}
+
+// refresh replaces id's record with rec, read at fetched, when id is
+// cached and its record was read before fetched: a group read never
+// replaces a newer read, and never adds an entry (or moves it in the
+// eviction order). It reports whether it did.
+func (l *recordLRU) refresh(id string, rec *Record, fetched time.Time) bool {
+	if l.c == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ent, ok := l.c.Peek(id)
+	if !ok || !ent.fetched.Before(fetched) {
+		return false
+	}
+	ent.rec, ent.fetched, ent.served, ent.refused = rec, fetched, false, 0
+	l.enlist(ent)
+	return true
 }
 
 // get returns the record of id when it was fetched after notBefore. An
@@ -94,9 +175,12 @@ func (l *recordLRU) put(id string, rec *Record, fetched time.Time) {
 	defer l.mu.Unlock()
 	if ent, ok := l.c.Get(id); ok {
 		ent.rec, ent.fetched, ent.served, ent.refused = rec, fetched, false, 0
+		l.enlist(ent)
 		return
 	}
-	if l.c.Add(id, &recordEntry{rec: rec, fetched: fetched}) {
+	ent := &recordEntry{id: id, rec: rec, fetched: fetched}
+	l.enlist(ent)
+	if l.c.Add(id, ent) {
 		l.evicted.Add(1)
 	}
 }

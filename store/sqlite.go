@@ -143,12 +143,32 @@ func (s *SQLite) Close() error {
 // Lookup returns the record of segmentID with its publications (§4, §5.1),
 // ErrNotFound, or a fault.
 func (s *SQLite) Lookup(ctx context.Context, segmentID string) (*Record, error) {
+	rec, _, err := s.LookupGroup(ctx, segmentID, nil)
+	return rec, err
+}
+
+// GroupSize is how many other records LookupGroup reads with the one
+// asked for: maxGroupRead in a rollback journal (sqlite_records.go), 0 in
+// WAL, whose readers never fail a commit.
+func (s *SQLite) GroupSize() int {
+	if h := s.cur.Load(); h != nil && h.records != nil {
+		return maxGroupRead
+	}
+	return 0
+}
+
+// LookupGroup is Lookup, reading in a rollback journal the records of
+// also in the same read transaction (RecordGroupReader): those read at
+// the schema version the answer holds at, found and decoded, are in
+// group. In WAL, and for the records of a file reopened in WAL, also is
+// ignored.
+func (s *SQLite) LookupGroup(ctx context.Context, segmentID string, also []string) (*Record, map[string]*Record, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("store: sqlite lookup: %w", err)
+		return nil, nil, fmt.Errorf("store: sqlite lookup: %w", err)
 	}
 	h, err := s.acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer h.use.RUnlock()
 
@@ -156,47 +176,48 @@ func (s *SQLite) Lookup(ctx context.Context, segmentID string) (*Record, error) 
 	for attempt := 0; ; attempt++ {
 		var rec *Record
 		var ver int64
+		var grp map[string]groupRec
 		var err error
 		if h.records != nil {
-			rec, ver, err = h.lookupRecord(ctx, sh, segmentID)
+			rec, ver, grp, err = h.lookupRecord(ctx, sh, segmentID, also)
 		} else {
 			err = h.retryBusy(ctx, func() (err error) { rec, ver, err = h.lookup(ctx, sh.flags, segmentID); return err })
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, fmt.Errorf("store: sqlite lookup: %w", ctx.Err())
+				return nil, nil, fmt.Errorf("store: sqlite lookup: %w", ctx.Err())
 			}
 			// A table the statement names may have gone, or the file
 			// changed under us: re-detect, and retry if the shape moved.
 			nsh, derr := h.detectWait(ctx)
 			if derr != nil {
-				return nil, fmt.Errorf("store: sqlite lookup: %w", derr)
+				return nil, nil, fmt.Errorf("store: sqlite lookup: %w", derr)
 			}
 			if nsh.flags == sh.flags || attempt >= maxSchemaRedetects {
-				return nil, fmt.Errorf("store: sqlite lookup: %w", err)
+				return nil, nil, fmt.Errorf("store: sqlite lookup: %w", err)
 			}
 			sh = nsh
 			continue
 		}
 		if rec == nil {
 			// No row, whatever the shape: sync_segments is in every one.
-			return nil, ErrNotFound
+			return nil, groupAt(grp, sh.version), ErrNotFound
 		}
 		if ver == sh.version {
-			return rec, nil
+			return rec, groupAt(grp, ver), nil
 		}
 		// The schema changed since the shape was detected (the writer
 		// migrated the file). The result holds if the shape is the same
 		// at the version the statement ran under; otherwise run again.
 		nsh, derr := h.detectWait(ctx)
 		if derr != nil {
-			return nil, fmt.Errorf("store: sqlite lookup: %w", derr)
+			return nil, nil, fmt.Errorf("store: sqlite lookup: %w", derr)
 		}
 		if nsh.version == ver && nsh.flags == sh.flags {
-			return rec, nil
+			return rec, groupAt(grp, ver), nil
 		}
 		if attempt >= maxSchemaRedetects {
-			return nil, errors.New("store: sqlite lookup: the schema kept changing during the lookup")
+			return nil, nil, errors.New("store: sqlite lookup: the schema kept changing during the lookup")
 		}
 		sh = nsh
 	}
@@ -246,5 +267,22 @@ func (s *SQLite) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 	return io.NopCloser(bytes.NewReader(b)), nil
 }
 
+// groupAt is the records of grp read at schema version ver (nil: none).
+func groupAt(grp map[string]groupRec, ver int64) map[string]*Record {
+	var out map[string]*Record
+	for id, g := range grp {
+		if g.ver == ver && g.rec != nil {
+			if out == nil {
+				out = make(map[string]*Record, len(grp))
+			}
+			out[id] = g.rec
+		}
+	}
+	return out
+}
+
 // Interface guards
-var _ Store = (*SQLite)(nil)
+var (
+	_ Store             = (*SQLite)(nil)
+	_ RecordGroupReader = (*SQLite)(nil)
+)

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
 	"os"
@@ -44,6 +45,13 @@ import (
 //
 // A record that fails to decode is never kept (it is the read's fault,
 // as before), so the snapshot holds only what a locked read decoded.
+//
+// Group reads (LookupGroup, for the record cache's refreshes): a lookup
+// may carry other ids, read in its batch's transaction after the batch's
+// own lookups, up to maxGroupRead of them per transaction. They are best
+// effort: one not found or undecodable is left out, and the batch stops
+// reading them when a writer's journal appears (as it yields) or a read
+// fails, keeping what its own lookups read.
 
 // snapshotMaxAge bounds how long a snapshot is trusted while its header
 // bytes stay the same, so a counter that wrapped around (2^32 commits)
@@ -53,8 +61,16 @@ const snapshotMaxAge = time.Minute
 // maxSnapshotRecords caps the snapshot; past it a new batch starts over.
 const maxSnapshotRecords = 4096
 
-// maxBatch is how many records one read transaction reads at most.
+// maxBatch is how many lookups one read transaction reads at most.
 const maxBatch = 64
+
+// maxGroupRead is how many group ids one read transaction reads at most,
+// besides its lookups. Each record is a few B-tree descents of pages the
+// batch's first read already brought into the page cache (tens of
+// microseconds), so 64 add about a millisecond to a lock whose risk is
+// dominated by the time its goroutine waits to run again on a loaded
+// machine.
+const maxGroupRead = 64
 
 // batchGather is how long the first batch of a burst waits for the rest.
 const batchGather = time.Millisecond
@@ -76,15 +92,17 @@ type RecordReadStats struct {
 	Batches      int64 // read transactions (one SHARED lock each, retries aside)
 	Batched      int64 // records read by them
 	Yields       int64 // batches cut short (or not begun) because a writer began
+	Grouped      int64 // group ids read by them, besides their lookups (LookupGroup)
 }
 
 // RecordReadStats returns the counters.
 func (s *SQLite) RecordReadStats() RecordReadStats {
-	return RecordReadStats{SnapshotHits: s.rrHits.Load(), Batches: s.rrBatches.Load(), Batched: s.rrBatched.Load(), Yields: s.rrYields.Load()}
+	return RecordReadStats{SnapshotHits: s.rrHits.Load(), Batches: s.rrBatches.Load(), Batched: s.rrBatched.Load(),
+		Yields: s.rrYields.Load(), Grouped: s.rrGrouped.Load()}
 }
 
 type recordReadCounters struct {
-	rrHits, rrBatches, rrBatched, rrYields atomic.Int64
+	rrHits, rrBatches, rrBatched, rrYields, rrGrouped atomic.Int64
 }
 
 // recordCall is one lookup waiting for a batch.
@@ -95,6 +113,14 @@ type recordCall struct {
 	rec   *Record
 	ver   int64
 	err   error
+	also  []string            // group ids to read in the same transaction
+	group map[string]groupRec // what was read of them (and of others' also)
+}
+
+// groupRec is a group id's record and the schema version it was read at.
+type groupRec struct {
+	rec *Record
+	ver int64
 }
 
 // recordReader is a rollback-journal handle's batcher and snapshot.
@@ -183,27 +209,40 @@ func (r *recordReader) journalLive() bool {
 }
 
 // cached answers id from the snapshot when it is still the file's
-// committed data (see the comment at the top of this file).
-func (r *recordReader) cached(id string, sh *sqliteShape) (*Record, bool) {
+// committed data (see the comment at the top of this file), with the
+// records of also the snapshot holds (every entry is of the same data).
+func (r *recordReader) cached(id string, also []string, sh *sqliteShape) (*Record, map[string]groupRec, bool) {
 	r.snapMu.Lock()
 	e, ok := r.entries[id]
 	vers, taken := r.vers, r.taken
+	var grp map[string]groupRec
+	if ok {
+		for _, a := range also {
+			if g, ok := r.entries[a]; ok && g.rec != nil && g.flags == sh.flags {
+				if grp == nil {
+					grp = make(map[string]groupRec, len(also))
+				}
+				grp[a] = groupRec{rec: g.rec, ver: g.ver}
+			}
+		}
+	}
 	r.snapMu.Unlock()
 	if !ok || e.flags != sh.flags || e.ver != sh.version || time.Since(taken) > snapshotMaxAge {
-		return nil, false
+		return nil, nil, false
 	}
 	if cur, ok := r.header(); !ok || cur != vers {
-		return nil, false
+		return nil, nil, false
 	}
 	if r.journalLive() {
-		return nil, false
+		return nil, nil, false
 	}
 	r.stats.rrHits.Add(1)
-	return e.rec, true
+	return e.rec, grp, true
 }
 
-// keep adds a batch's records, read at vers, to the snapshot.
-func (r *recordReader) keep(vers [16]byte, calls []*recordCall) {
+// keep adds a batch's records, read at vers, to the snapshot, with its
+// group records.
+func (r *recordReader) keep(vers [16]byte, calls []*recordCall, f shapeFlags, grp map[string]groupRec) {
 	r.snapMu.Lock()
 	defer r.snapMu.Unlock()
 	if r.entries == nil || r.vers != vers || time.Since(r.taken) > snapshotMaxAge || len(r.entries)+len(calls) > maxSnapshotRecords {
@@ -214,21 +253,31 @@ func (r *recordReader) keep(vers [16]byte, calls []*recordCall) {
 			r.entries[c.id] = snapEntry{rec: c.rec, ver: c.ver, flags: c.flags}
 		}
 	}
+	for id, g := range grp {
+		if len(r.entries) >= maxSnapshotRecords {
+			break
+		}
+		r.entries[id] = snapEntry{rec: g.rec, ver: g.ver, flags: f}
+	}
 }
 
-// lookupRecord is Lookup's read of one record: from the snapshot, or in
+// lookupRecord is Lookup's read of one record, and of also's best effort
+// (see the comment at the top of this file): from the snapshot, or in
 // the next batch.
-func (h *sqliteHandle) lookupRecord(ctx context.Context, sh *sqliteShape, id string) (*Record, int64, error) {
+func (h *sqliteHandle) lookupRecord(ctx context.Context, sh *sqliteShape, id string, also []string) (*Record, int64, map[string]groupRec, error) {
 	r := h.records
-	if rec, ok := r.cached(id, sh); ok {
-		return rec, sh.version, nil
+	if rec, grp, ok := r.cached(id, also, sh); ok {
+		return rec, sh.version, grp, nil
 	}
-	c := &recordCall{id: id, flags: sh.flags, done: make(chan struct{})}
+	c := &recordCall{id: id, flags: sh.flags, done: make(chan struct{}), also: also}
 	r.mu.Lock()
 	joined := false
 	for _, p := range r.pending { // queued, not yet read: its answer is as fresh
 		if p.id == id && p.flags == sh.flags {
 			c, joined = p, true
+			if len(also) > 0 { // not read yet: its group grows
+				p.also = append(p.also[:len(p.also):len(p.also)], also...)
+			}
 			break
 		}
 	}
@@ -243,9 +292,9 @@ func (h *sqliteHandle) lookupRecord(ctx context.Context, sh *sqliteShape, id str
 	r.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.rec, c.ver, c.err
+		return c.rec, c.ver, c.group, c.err
 	case <-ctx.Done():
-		return nil, 0, ctx.Err()
+		return nil, 0, nil, ctx.Err()
 	}
 }
 
@@ -355,6 +404,10 @@ func (h *sqliteHandle) readBatch(ctx context.Context, f shapeFlags, calls []*rec
 			vers, versOK = h.records.header()
 		}
 	}
+	var grp map[string]groupRec
+	if done == len(calls) {
+		grp = h.readGroup(ctx, tst, f, calls, yield)
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
@@ -363,8 +416,55 @@ func (h *sqliteHandle) readBatch(ctx context.Context, f shapeFlags, calls []*rec
 	}
 	h.records.stats.rrBatches.Add(1)
 	h.records.stats.rrBatched.Add(int64(done))
+	h.records.stats.rrGrouped.Add(int64(len(grp)))
+	for _, c := range calls {
+		if len(c.also) > 0 {
+			c.group = grp // read-only from here on
+		}
+	}
 	if versOK {
-		h.records.keep(vers, calls[:done])
+		h.records.keep(vers, calls[:done], f, grp)
 	}
 	return done, nil
+}
+
+// readGroup reads, in readBatch's transaction (tst), the group ids of
+// calls that are not calls of the batch, up to maxGroupRead of them: the
+// ones found and decoded. It stops, keeping what it read, when a writer's
+// journal appears (with yield) or a read fails.
+func (h *sqliteHandle) readGroup(ctx context.Context, tst *sql.Stmt, f shapeFlags, calls []*recordCall, yield bool) map[string]groupRec {
+	var want []string
+	seen := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		seen[c.id] = true
+	}
+	for _, c := range calls {
+		for _, id := range c.also {
+			if !seen[id] && len(want) < maxGroupRead {
+				seen[id] = true
+				want = append(want, id)
+			}
+		}
+	}
+	var grp map[string]groupRec
+	for _, id := range want {
+		if yield && h.records.journalLive() {
+			break
+		}
+		rec, ver, err := scanLookup(ctx, tst, f, id)
+		if err != nil {
+			if isBusy(err) || ctx.Err() != nil {
+				break
+			}
+			continue // undecodable: not refreshed
+		}
+		if rec == nil {
+			continue
+		}
+		if grp == nil {
+			grp = make(map[string]groupRec, len(want))
+		}
+		grp[id] = groupRec{rec: rec, ver: ver}
+	}
+	return grp
 }

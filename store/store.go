@@ -143,3 +143,20 @@ type Bounded interface {
 	// SharedTimeout is the bound (> 0).
 	SharedTimeout() time.Duration
 }
+
+// RecordGroupReader is a Store that can read other records in the same
+// read as the one asked for (SQLite in a rollback journal: one SHARED
+// lock for all of them, instead of one each). Cached uses it to refresh
+// the records about to expire together with the one a miss reads.
+type RecordGroupReader interface {
+	// GroupSize is how many other ids LookupGroup reads now (0: none, and
+	// the caller should call Lookup).
+	GroupSize() int
+	// LookupGroup is Lookup of segmentID, reading also (at most
+	// GroupSize of them, best effort) in the same read. group holds the
+	// records of also that were read and decoded (and may hold others
+	// read in the same transaction); an id that was not found, did not
+	// decode or was not reached is absent. group may be set when err is
+	// ErrNotFound; it is nil on any other error.
+	LookupGroup(ctx context.Context, segmentID string, also []string) (rec *Record, group map[string]*Record, err error)
+}
