@@ -16,16 +16,7 @@ import (
 	"github.com/syncular/caddy-syncular/token"
 )
 
-const abuseSite = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const abuseSite = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	syncular_segments /segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}

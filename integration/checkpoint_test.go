@@ -15,16 +15,7 @@ import (
 // checkpointSite serves one store twice: /fresh/ without the record
 // cache (every request reads the file) and /cached/ with the default
 // record_ttl of 2s.
-const checkpointSite = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const checkpointSite = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	syncular_segments /fresh/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}

@@ -28,16 +28,7 @@ const faultTimeout = 500 * time.Millisecond
 // generous slack keeps the bound meaningful without timing the machine.
 const faultBound = faultTimeout + 4*time.Second
 
-const faultSQLiteSite = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const faultSQLiteSite = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	syncular_segments /segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
@@ -228,16 +219,7 @@ func TestFaultsSQLite(t *testing.T) {
 	}
 }
 
-const faultS3Site = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const faultS3Site = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	syncular_segments /direct/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}

@@ -22,6 +22,23 @@ import (
 )
 
 // repoRoot is the module root (this package lives one level below it).
+
+// siteGlobals is the global options block most test Caddyfiles share:
+// the admin endpoint and every listener on loopback, and the server log
+// at INFO in the test's directory (where the tests read it). Templates
+// append their sites to it; {{ADMIN}} and {{DIR}} are filled in as in the
+// rest of the template.
+const siteGlobals = `{
+	admin 127.0.0.1:{{ADMIN}}
+	default_bind 127.0.0.1
+	log {
+		level INFO
+		output file {{DIR}}/server.log
+	}
+}
+
+`
+
 func repoRoot(t testing.TB) string {
 	t.Helper()
 	wd, err := os.Getwd()

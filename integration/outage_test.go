@@ -29,16 +29,7 @@ import (
 // any test, segments above 64 KiB on the disk tier, and a store timeout
 // (outageTimeout) well above what a fast failure takes on a loaded
 // machine. STORE is the store line or block.
-const outageSite = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const outageSite = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	syncular_segments /segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}

@@ -36,16 +36,7 @@ func plainCaddyBinary(t testing.TB) string {
 
 // reloadSite is config generation GEN: keys K_GEN (current) and
 // K_PREV, store STORE. The keys are literal hex in a private temp file.
-const reloadSite = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const reloadSite = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	header X-Gen GEN
 	syncular_segments /segments/* {
 		key hex:KEY_CUR hex:KEY_PREV

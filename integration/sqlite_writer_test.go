@@ -34,16 +34,7 @@ import (
 // writer scenario (k) to report, over more commits); the edge before the
 // lock-free fills failed 10-50% of such commits (14 of 64 in one storm).
 
-const writerSite = `{
-	admin 127.0.0.1:{{ADMIN}}
-	default_bind 127.0.0.1
-	log {
-		level INFO
-		output file {{DIR}}/server.log
-	}
-}
-
-http://127.0.0.1:{{PORT}} {
+const writerSite = siteGlobals + `http://127.0.0.1:{{PORT}} {
 	syncular_segments /segments/* {
 		key {env.SEG_KEY}
 		audience template aud:{partition}
