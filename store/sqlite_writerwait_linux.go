@@ -73,3 +73,29 @@ func locksShowWriter(b []byte, ino uint64, self int) bool {
 	}
 	return false
 }
+
+// writerLockHeld reports whether any process holds a POSIX write lock on
+// the file's SQLite lock bytes: RESERVED, PENDING or EXCLUSIVE, which a
+// writer takes before it writes. The edge's own connections only ever
+// take read locks, so its own process is not skipped (a writer in this
+// process, as in tests, counts). known is false when /proc/locks cannot
+// be read or the file's inode is unknown.
+func writerLockHeld(ino uint64) (held, known bool) {
+	if ino == 0 {
+		return false, false
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return false, false
+	}
+	return locksShowWriter(b, ino, -1), true
+}
+
+// fileTimes is the file's modification and change times in nanoseconds.
+func fileTimes(fi os.FileInfo) (mtime, ctime int64, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return st.Mtim.Nano(), st.Ctim.Nano(), true
+}
