@@ -20,7 +20,8 @@ import (
 // order) and again after it (in the reverse order), is:
 //
 //   - no process holds a write lock on the file's SQLite lock bytes
-//     (/proc/locks; the edge itself never takes one): a writer holds
+//     (F_OFD_GETLK, which takes no lock; the edge itself never takes
+//     a write lock): a writer holds
 //     RESERVED from its first write, and EXCLUSIVE while it writes the
 //     database file, in every journal mode including MEMORY and OFF;
 //   - no journal with a live header beside the file (a writer
@@ -87,22 +88,22 @@ func (m fileMark) cookie() [4]byte { return [4]byte(m.hdr[16:20]) }
 // markBefore takes the evidence before a read; ok is false when a writer
 // is (or may be) active, or the file cannot be read as a rollback
 // journal's.
-func (r *recordReader) markBefore(probe uint64) (m fileMark, ok bool) {
+func (r *recordReader) markBefore() (m fileMark, ok bool) {
 	if m, ok = r.fileState(); !ok {
 		return m, false
 	}
 	if r.journalLive() {
 		return m, false
 	}
-	if held, known := writerLockHeld(probe); held || !known {
+	if held, known := writerLockHeld(r.hdr); held || !known {
 		return m, false
 	}
 	return m, true
 }
 
 // markAfter takes the evidence after a read, in the reverse order.
-func (r *recordReader) markAfter(probe uint64) (m fileMark, ok bool) {
-	if held, known := writerLockHeld(probe); held || !known {
+func (r *recordReader) markAfter() (m fileMark, ok bool) {
+	if held, known := writerLockHeld(r.hdr); held || !known {
 		return m, false
 	}
 	if r.journalLive() {
@@ -239,10 +240,10 @@ func (l *lockFreeRecords) close() {
 func (h *sqliteHandle) readBatchLockFree(ctx context.Context, f shapeFlags, calls []*recordCall) (vers [16]byte, grp map[string]groupRec, err error) {
 	r := h.records
 	l := r.lockFree
-	if l == nil || l.off || h.probe == 0 {
+	if l == nil || l.off {
 		return vers, nil, errRecordsNotLockFree
 	}
-	before, ok := r.markBefore(h.probe)
+	before, ok := r.markBefore()
 	if !ok {
 		return vers, nil, errRecordsNotLockFree
 	}
@@ -274,7 +275,7 @@ func (h *sqliteHandle) readBatchLockFree(ctx context.Context, f shapeFlags, call
 		return tx.Commit()
 	}
 	rerr := read()
-	after, afterOK := r.markAfter(h.probe)
+	after, afterOK := r.markAfter()
 	if rerr != nil || !afterOK || after != before {
 		r.stats.rrLockFreeMissed.Add(1)
 		l.distrust(ctx, before, after, afterOK)

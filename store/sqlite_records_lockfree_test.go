@@ -14,7 +14,7 @@ import (
 // writer committed, from a second lock-free read.
 func TestSQLiteRecordLockFreeBesideCommit(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("lock-free record reads need /proc/locks")
+		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
 	}
 	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
 	writer := busyFreeWriter(t, w.Path())
@@ -69,7 +69,7 @@ func TestSQLiteRecordLockFreeBesideCommit(t *testing.T) {
 // past a few such connections the handle reads with locks only.
 func TestSQLiteRecordLockFreeSchemaChangeSetsAside(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("lock-free record reads need /proc/locks")
+		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
 	}
 	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
 	writer := busyFreeWriter(t, w.Path())
@@ -109,7 +109,7 @@ func TestSQLiteRecordLockFreeSchemaChangeSetsAside(t *testing.T) {
 // read lock-free (a locked read, which RESERVED allows, answers).
 func TestSQLiteRecordLockFreeSeesWriterLock(t *testing.T) {
 	if runtime.GOOS != "linux" {
-		t.Skip("lock-free record reads need /proc/locks")
+		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
 	}
 	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
 	writer := busyFreeWriter(t, w.Path())
