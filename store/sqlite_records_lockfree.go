@@ -42,7 +42,9 @@ import (
 // back and restored those pages, all within one clock tick and while one
 // record read ran, on a kernel without fine-grained timestamps. The
 // record would then be one that was never committed, read in the
-// microseconds it was on disk; accepted as residual, and documented.
+// microseconds it was on disk. A read that took longer than
+// maxLockFreeWindow is not trusted, so such a transaction must also fit
+// in that window; accepted as residual, and documented.
 //
 // A read that fails any check, or errors in any way (a torn page may
 // make the record undecodable or SQLite report corruption), decides
@@ -62,6 +64,13 @@ import (
 // each after the writer's transaction in progress has ended, before it
 // reads with a lock.
 const lockFreeRecordAttempts = 4
+
+// maxLockFreeWindow is the longest a lock-free record read may take,
+// from its first check to its last, and be trusted: the transaction it
+// cannot see (see the comment at the top of this file) must begin, dirty
+// more pages than the writer's cache holds, spill, and roll back inside
+// that window.
+const maxLockFreeWindow = 20 * time.Millisecond
 
 // maxSetAside bounds the connections set aside per handle.
 const maxSetAside = 4
@@ -194,11 +203,14 @@ func (l *lockFreeRecords) stmt(ctx context.Context, f shapeFlags) (*sql.Stmt, er
 // distrust is what a read that decided nothing leaves behind: the
 // connection's cache dropped, or the connection set aside (see the
 // comment at the top of this file).
-func (l *lockFreeRecords) distrust(ctx context.Context, before, after fileMark, afterOK bool) {
+//
+// slow: the checks saw no change, the read only took too long; the
+// schema is then taken as unchanged too.
+func (l *lockFreeRecords) distrust(ctx context.Context, before, after fileMark, afterOK, slow bool) {
 	if l.conn == nil {
 		return
 	}
-	schemaMoved := !l.verified || before.cookie() != l.cookie || (afterOK && after.cookie() != before.cookie())
+	schemaMoved := !slow && (!l.verified || before.cookie() != l.cookie || (afterOK && after.cookie() != before.cookie()))
 	if !schemaMoved {
 		if _, err := l.conn.ExecContext(ctx, "PRAGMA shrink_memory"); err == nil {
 			return
@@ -243,6 +255,7 @@ func (h *sqliteHandle) readBatchLockFree(ctx context.Context, f shapeFlags, call
 	if l == nil || l.off {
 		return vers, nil, errRecordsNotLockFree
 	}
+	began := time.Now()
 	before, ok := r.markBefore()
 	if !ok {
 		return vers, nil, errRecordsNotLockFree
@@ -278,7 +291,14 @@ func (h *sqliteHandle) readBatchLockFree(ctx context.Context, f shapeFlags, call
 	after, afterOK := r.markAfter()
 	if rerr != nil || !afterOK || after != before {
 		r.stats.rrLockFreeMissed.Add(1)
-		l.distrust(ctx, before, after, afterOK)
+		l.distrust(ctx, before, after, afterOK, false)
+		return vers, nil, errRecordsNotLockFree
+	}
+	if time.Since(began) > maxLockFreeWindow {
+		// Too long to rule out what the checks cannot see. Nothing was
+		// seen to change, so only the pages it read are not kept.
+		r.stats.rrLockFreeMissed.Add(1)
+		l.distrust(ctx, before, after, afterOK, true)
 		return vers, nil, errRecordsNotLockFree
 	}
 	l.verified, l.cookie = true, before.cookie()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/syncular/caddy-syncular/store"
 )
@@ -34,11 +35,14 @@ func TestSQLiteRecordLockFreeBesideCommit(t *testing.T) {
 	if werr != nil {
 		t.Fatalf("the writer's commits during the read failed (a lock was held): %v", werr)
 	}
+	// (A read the machine stalls past its 20 ms window is a miss too,
+	// so misses are counted at least, not exactly.)
 	st := s.RecordReadStats()
-	if st.LockFree != 1 || st.LockFreeMiss != 1 || st.Batches != 0 {
-		t.Errorf("%+v, want 1 lock-free read, 1 miss, no locked read", st)
+	if st.LockFree != 1 || st.LockFreeMiss < 1 || st.Batches != 0 {
+		t.Errorf("%+v, want 1 lock-free read, a miss, no locked read", st)
 	}
-	if n, off := store.LockFreeRecordsAsideForTest(s); n != 1 || off {
+	aside1, off := store.LockFreeRecordsAsideForTest(s)
+	if n := aside1; n < 1 || off {
 		// The first read on a connection loads the schema: a miss there
 		// sets the connection aside.
 		t.Errorf("set aside %d (off %v), want the first connection set aside", n, off)
@@ -57,11 +61,11 @@ func TestSQLiteRecordLockFreeBesideCommit(t *testing.T) {
 	if werr != nil {
 		t.Fatal(werr)
 	}
-	if n, _ := store.LockFreeRecordsAsideForTest(s); n != 1 {
-		t.Errorf("set aside %d, want still 1", n)
+	if n, _ := store.LockFreeRecordsAsideForTest(s); n != aside1 {
+		t.Errorf("set aside %d, want still %d", n, aside1)
 	}
-	if st := s.RecordReadStats(); st.LockFree != 2 || st.LockFreeMiss != 2 || st.Batches != 0 {
-		t.Errorf("%+v, want 2 lock-free reads, 2 misses, no locked read", st)
+	if st2 := s.RecordReadStats(); st2.LockFree != 2 || st2.LockFreeMiss <= st.LockFreeMiss || st2.Batches != 0 {
+		t.Errorf("%+v, want 2 lock-free reads, another miss, no locked read", st2)
 	}
 }
 
@@ -136,5 +140,31 @@ func TestSQLiteRecordLockFreeSeesWriterLock(t *testing.T) {
 	lookupExpiry(t, s, ids[0]) // the snapshot, or a lock-free read now
 	if st := s.RecordReadStats(); st.Batches != 1 {
 		t.Errorf("%+v: want no second locked read once the writer is gone", st)
+	}
+}
+
+// A lock-free read that took longer than its window (20 ms) is not
+// trusted even though nothing changed: it is read again. Its connection
+// is kept (the checks saw no change, so no schema moved).
+func TestSQLiteRecordLockFreeSlowReadIsReadAgain(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
+	}
+	_, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	calls := 0
+	restore := store.SetLockFreeRecordsHook(func() {
+		if calls++; calls == 1 {
+			time.Sleep(30 * time.Millisecond)
+		}
+	})
+	defer restore()
+	if got, want := lookupExpiry(t, s, ids[0]), blobPub().ExpiresAtMs; got != want {
+		t.Errorf("expiry %d, want %d", got, want)
+	}
+	if st := s.RecordReadStats(); st.LockFree+st.Batches != 1 || st.LockFreeMiss < 1 {
+		t.Errorf("%+v: want the slow read discarded and the record read again", st)
+	}
+	if n, off := store.LockFreeRecordsAsideForTest(s); n != 0 || off {
+		t.Errorf("set aside %d (off %v), want none", n, off)
 	}
 }
