@@ -184,18 +184,22 @@ func (r *recordReader) close() {
 // lock; ok is false when the file is not in a rollback journal's format
 // or cannot be read.
 func (r *recordReader) header() (vers [16]byte, ok bool) {
-	if r.hdr == nil {
-		return vers, false
-	}
-	var b [40]byte
-	if n, err := r.hdr.ReadAt(b[:], 0); n != len(b) || err != nil {
-		return vers, false
-	}
-	if b[18] != 1 || b[19] != 1 { // 2: WAL
-		return vers, false
-	}
+	b, ok := r.rawHeader()
 	copy(vers[:], b[24:40])
-	return vers, true
+	return vers, ok
+}
+
+// rawHeader reads the database header's first 44 bytes with a plain
+// pread; ok is false when the file is not in a rollback journal's format
+// (bytes 18 and 19 are 1; 2 is WAL) or cannot be read.
+func (r *recordReader) rawHeader() (b [44]byte, ok bool) {
+	if r.hdr == nil {
+		return b, false
+	}
+	if n, err := r.hdr.ReadAt(b[:], 0); n != len(b) || err != nil {
+		return b, false
+	}
+	return b, b[18] == 1 && b[19] == 1
 }
 
 // journalLive reports whether a journal with a live header may be beside

@@ -123,14 +123,8 @@ func (r *recordReader) markAfter() (m fileMark, ok bool) {
 
 // fileState reads the header bytes and the file's size and times.
 func (r *recordReader) fileState() (m fileMark, ok bool) {
-	if r.hdr == nil {
-		return m, false
-	}
-	var b [44]byte
-	if n, err := r.hdr.ReadAt(b[:], 0); n != len(b) || err != nil {
-		return m, false
-	}
-	if b[18] != 1 || b[19] != 1 { // 2: WAL
+	b, ok := r.rawHeader()
+	if !ok {
 		return m, false
 	}
 	copy(m.hdr[:], b[24:44])

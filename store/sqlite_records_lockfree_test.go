@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"runtime"
 	"testing"
 	"time"
@@ -9,17 +10,23 @@ import (
 	"github.com/syncular/caddy-syncular/store"
 )
 
+// lockFreeStore is a store on a rollback-journal file of one segment,
+// with a writer beside it that has no busy handler.
+func lockFreeStore(t *testing.T) (*store.SQLite, *sql.DB, string) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
+	}
+	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	return s, busyFreeWriter(t, w.Path()), ids[0]
+}
+
 // A record read of a rollback-journal file holds no lock: a writer with
 // no busy handler commits in the middle of it. The commit makes that read
 // decide nothing (the header moved), and the lookup answers what the
 // writer committed, from a second lock-free read.
 func TestSQLiteRecordLockFreeBesideCommit(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
-	}
-	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
-	writer := busyFreeWriter(t, w.Path())
-	id := ids[0]
+	s, writer, id := lockFreeStore(t)
 	calls := 0
 	var werr error
 	restore := store.SetLockFreeRecordsHook(func() {
@@ -72,12 +79,7 @@ func TestSQLiteRecordLockFreeBesideCommit(t *testing.T) {
 // A schema change during a lock-free read sets the connection aside;
 // past a few such connections the handle reads with locks only.
 func TestSQLiteRecordLockFreeSchemaChangeSetsAside(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
-	}
-	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
-	writer := busyFreeWriter(t, w.Path())
-	id := ids[0]
+	s, writer, id := lockFreeStore(t)
 	lookupExpiry(t, s, id) // a verified read: the first connection is trusted
 	n := 0
 	var werr error
@@ -147,10 +149,7 @@ func TestSQLiteRecordLockFreeSeesWriterLock(t *testing.T) {
 // trusted even though nothing changed: it is read again. Its connection
 // is kept (the checks saw no change, so no schema moved).
 func TestSQLiteRecordLockFreeSlowReadIsReadAgain(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
-	}
-	_, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	s, _, id := lockFreeStore(t)
 	calls := 0
 	restore := store.SetLockFreeRecordsHook(func() {
 		if calls++; calls == 1 {
@@ -158,7 +157,7 @@ func TestSQLiteRecordLockFreeSlowReadIsReadAgain(t *testing.T) {
 		}
 	})
 	defer restore()
-	if got, want := lookupExpiry(t, s, ids[0]), blobPub().ExpiresAtMs; got != want {
+	if got, want := lookupExpiry(t, s, id), blobPub().ExpiresAtMs; got != want {
 		t.Errorf("expiry %d, want %d", got, want)
 	}
 	if st := s.RecordReadStats(); st.LockFree+st.Batches != 1 || st.LockFreeMiss < 1 {
