@@ -200,7 +200,9 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 		if err != nil {
 			return nil, err
 		}
-		child = exec.Command(self, "-fair-storm", list)
+		// With -pin, on the load generators' CPUs like hey and vegeta.
+		prog, argv := pinned(loadCPUs(), self, []string{"-fair-storm", list})
+		child = exec.Command(prog, argv...)
 		child.Stdout, child.Stderr = &childOut, os.Stderr
 		stdin, err := child.StdinPipe()
 		if err != nil {
