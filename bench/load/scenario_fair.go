@@ -51,15 +51,16 @@ type fairRun struct {
 	bLat       []time.Duration
 	bFirst     []time.Duration // each B client's first download
 	bStart     []time.Duration // when each of B's downloads started, after t0
-	// bLate: B's downloads that started after the last of A's requests
-	// was sent (A's storm arrived; only its reads remain), and bEarly
-	// the others. Beside the storm only.
-	bLate, bEarly []time.Duration
 	bOK        int
 	aOK, aOver int
 	aOther     int
 	aSlowest   time.Duration
 	took       time.Duration
+
+	// bLate: B's downloads that started after the last of A's requests
+	// was sent (A's storm arrived; only its reads remain), and bEarly
+	// the others. Beside the storm only.
+	bLate, bEarly []time.Duration
 }
 
 type fairSeg struct {
