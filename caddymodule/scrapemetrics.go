@@ -40,6 +40,10 @@ type scrapeCollector struct {
 	fills, followers, readBytes         *prometheus.Desc
 	gateInUse, gateWaiting, gateRefused *prometheus.Desc
 
+	// A SQLite store's reads of a rollback-journal file: with a lock or
+	// without.
+	sqliteRecordReads, sqliteFillReads *prometheus.Desc
+
 	caches refSet[scrapedStore, string] // the value: the store's backend
 	disks  refSet[*store.DiskTier, struct{}]
 }
@@ -97,6 +101,10 @@ func newScrapeCollector(prefix string) *scrapeCollector {
 			"Store reads waiting for a slot of store_concurrency now (in store_queue), by backend.", []string{"backend"}, nil),
 		gateRefused: prometheus.NewDesc(prefix+"store_reads_refused_total",
 			"Store reads refused for want of a slot (store_queue full, or store_queue_wait passed): their requests were answered 503 edge.overloaded, by backend.", []string{"backend"}, nil),
+		sqliteRecordReads: prometheus.NewDesc(prefix+"sqlite_record_reads_total",
+			"How a SQLite store in a rollback journal answered record lookups: snapshot (the file unchanged since a read: no read, no lock), lockfree (a read transaction that took no lock and was verified against the file's header, size, times, journal and writer locks), locked (a read transaction under a SHARED lock, which a writer without a busy handler can fail against).", []string{"how"}, nil),
+		sqliteFillReads: prometheus.NewDesc(prefix+"sqlite_fill_reads_total",
+			"How a SQLite store in a rollback journal read segment fills: lockfree (no lock, bytes verified against the id), locked (chunked read transactions under a SHARED lock).", []string{"how"}, nil),
 	}
 }
 
@@ -115,6 +123,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.diskBytes, c.diskFiles, c.diskReserved, c.diskHits, c.diskFills, c.diskFollowers,
 		c.diskFillErrors, c.diskEvictions, c.diskDiscarded, c.diskBypasses, c.diskHandoffs,
 		c.fills, c.followers, c.readBytes, c.gateInUse, c.gateWaiting, c.gateRefused,
+		c.sqliteRecordReads, c.sqliteFillReads,
 	} {
 		ch <- d
 	}
@@ -129,6 +138,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	inUse := map[string]int64{backendSQLite: 0, backendS3: 0}
 	waiting := map[string]int64{backendSQLite: 0, backendS3: 0}
 	refused := map[string]int64{backendSQLite: 0, backendS3: 0}
+	var sq store.SQLiteReads
 	c.caches.each(func(s scrapedStore, backend string) {
 		st := s.Stats()
 		sum.RecordHits += st.RecordHits
@@ -160,6 +170,11 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		inUse[backend] += f.Gate.InUse
 		waiting[backend] += f.Gate.Waiting
 		refused[backend] += f.Gate.Refused
+		sq.Records.SnapshotHits += f.SQLite.Records.SnapshotHits
+		sq.Records.LockFree += f.SQLite.Records.LockFree
+		sq.Records.Batches += f.SQLite.Records.Batches
+		sq.Fills.Reads += f.SQLite.Fills.Reads
+		sq.Fills.Fallbacks += f.SQLite.Fills.Fallbacks
 	})
 	c.disks.each(func(d *store.DiskTier, _ struct{}) {
 		st := d.Stats()
@@ -198,6 +213,11 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evictions, float64(sum.RecordEvictions), "record")
 	counter(c.evictions, float64(sum.ByteEvictions), "bytes")
 	counter(c.coalesced, float64(sum.Coalesced))
+	counter(c.sqliteRecordReads, float64(sq.Records.SnapshotHits), "snapshot")
+	counter(c.sqliteRecordReads, float64(sq.Records.LockFree), "lockfree")
+	counter(c.sqliteRecordReads, float64(sq.Records.Batches), "locked")
+	counter(c.sqliteFillReads, float64(sq.Fills.Reads), "lockfree")
+	counter(c.sqliteFillReads, float64(sq.Fills.Fallbacks), "locked")
 	counter(c.variants, float64(sum.Variants.Made), "made")
 	counter(c.variants, float64(sum.Variants.Rejected), "rejected")
 	counter(c.variants, float64(sum.Variants.Incompressible), "incompressible")

@@ -75,6 +75,8 @@ func TestScrapeCollectorFamilies(t *testing.T) {
 		"store_reads_in_use":           "backend=s3 backend=sqlite",
 		"store_reads_waiting":          "backend=s3 backend=sqlite",
 		"store_reads_refused_total":    "backend=s3 backend=sqlite",
+		"sqlite_record_reads_total":    "how=locked how=lockfree how=snapshot",
+		"sqlite_fill_reads_total":      "how=locked how=lockfree",
 	}
 	for name, labels := range want {
 		if g, ok := got[name]; !ok {

@@ -95,6 +95,15 @@ type FlowStats struct {
 	// Gate is the store read gate's slots in use, reads waiting and
 	// reads refused ErrOverloaded (fair.go).
 	Gate FairStats
+	// SQLite is how a SQLite store (a rollback-journal file) answered
+	// record lookups and fills; zero for any other store.
+	SQLite SQLiteReads
+}
+
+// SQLiteReads is a SQLite store's RecordReadStats and LockFreeStats.
+type SQLiteReads struct {
+	Records RecordReadStats
+	Fills   LockFreeStats
 }
 
 // Flow returns the in-progress gauges and the store bytes counter. The
@@ -106,7 +115,17 @@ func (c *Cached) Flow() FlowStats {
 		MemoryFills:    c.fills.inFlight.Load(),
 		MemoryWaiting:  c.fills.joinedNow.Load(),
 		Gate:           c.gate.stats(),
+		SQLite:         sqliteReads(c.inner),
 	}
+}
+
+// sqliteReads is inner's SQLiteReads when it is a SQLite store.
+func sqliteReads(inner Store) SQLiteReads {
+	s, ok := inner.(*SQLite)
+	if !ok {
+		return SQLiteReads{}
+	}
+	return SQLiteReads{Records: s.RecordReadStats(), Fills: s.LockFreeStats()}
 }
 
 // openInner streams a body from the inner store, counting its bytes,

@@ -70,7 +70,7 @@ func TestSQLiteGroupRefreshOneTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.RecordReadStats()
-	if st.Batches-before.Batches != 1 || st.Grouped-before.Grouped != n-1 || st.SnapshotHits != before.SnapshotHits {
+	if st.ReadTransactions()-before.ReadTransactions() != 1 || st.Grouped-before.Grouped != n-1 || st.SnapshotHits != before.SnapshotHits {
 		t.Fatalf("one lookup after the TTL: %+v (was %+v), want 1 read transaction with the %d others in it", st, before, n-1)
 	}
 	if reads, refreshed := c.GroupStats(); reads != 1 || refreshed != n-1 {
@@ -89,7 +89,7 @@ func TestSQLiteGroupRefreshOneTransaction(t *testing.T) {
 	if got := c.Stats().RecordMisses - cs.RecordMisses; got != 1 {
 		t.Fatalf("%d store reads for %d records after the TTL, want 1", got, n)
 	}
-	if st2 := s.RecordReadStats(); st2.Batches != st.Batches {
+	if st2 := s.RecordReadStats(); st2.ReadTransactions() != st.ReadTransactions() {
 		t.Fatalf("%+v: the refreshed records were read again", st2)
 	}
 }

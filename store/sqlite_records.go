@@ -19,8 +19,11 @@ import (
 // writer without a busy handler (the reference sync server sets none)
 // fails at once when it wants its EXCLUSIVE lock while the edge holds a
 // SHARED one, and an edge goroutine that is descheduled while it holds
-// the lock (a loaded machine) holds it for milliseconds. Two things cut
-// the number of locks taken:
+// the lock (a loaded machine) holds it for milliseconds. A batch is first
+// read with no lock at all (sqlite_records_lockfree.go), and trusted only
+// when nothing wrote the file meanwhile; the locked read below is what
+// answers when that read decides nothing. Two things cut the number of
+// locks that read takes, and the number of reads:
 //
 //   - Batching. Lookups that arrive while a record read is queued or in
 //     flight are read together, in one read transaction (one SHARED lock)
@@ -93,16 +96,24 @@ type RecordReadStats struct {
 	Batched      int64 // records read by them
 	Yields       int64 // batches cut short (or not begun) because a writer began
 	Grouped      int64 // group ids read by them, besides their lookups (LookupGroup)
+	LockFree     int64 // batches read on the nolock connection and verified (no lock taken)
+	LockFreeMiss int64 // lock-free reads that decided nothing (read again, or with a lock)
 }
+
+// ReadTransactions is how many read transactions answered lookups: with
+// a lock (Batches) or without (LockFree).
+func (st RecordReadStats) ReadTransactions() int64 { return st.Batches + st.LockFree }
 
 // RecordReadStats returns the counters.
 func (s *SQLite) RecordReadStats() RecordReadStats {
 	return RecordReadStats{SnapshotHits: s.rrHits.Load(), Batches: s.rrBatches.Load(), Batched: s.rrBatched.Load(),
-		Yields: s.rrYields.Load(), Grouped: s.rrGrouped.Load()}
+		Yields: s.rrYields.Load(), Grouped: s.rrGrouped.Load(),
+		LockFree: s.rrLockFree.Load(), LockFreeMiss: s.rrLockFreeMissed.Load()}
 }
 
 type recordReadCounters struct {
 	rrHits, rrBatches, rrBatched, rrYields, rrGrouped atomic.Int64
+	rrLockFree, rrLockFreeMissed                      atomic.Int64
 }
 
 // recordCall is one lookup waiting for a batch.
@@ -125,10 +136,11 @@ type groupRec struct {
 
 // recordReader is a rollback-journal handle's batcher and snapshot.
 type recordReader struct {
-	hdr     *os.File // the database file, for the header pread; closed last
-	journal string   // the journal's path
-	stats   *recordReadCounters
-	wg      sync.WaitGroup // batch goroutines (sqliteHandle.retire waits)
+	hdr      *os.File         // the database file, for the header pread; closed last
+	journal  string           // the journal's path
+	lockFree *lockFreeRecords // nil: every batch is read with a lock (sqlite_records_lockfree.go)
+	stats    *recordReadCounters
+	wg       sync.WaitGroup // batch goroutines (sqliteHandle.retire waits)
 
 	mu      sync.Mutex
 	pending []*recordCall
@@ -147,17 +159,22 @@ type snapEntry struct {
 }
 
 func newRecordReader(path string, stats *recordReadCounters) *recordReader {
+	r := &recordReader{journal: path + "-journal", stats: stats}
 	f, err := os.Open(path)
 	if err != nil {
-		f = nil // no snapshot: every lookup is batched and locked
+		return r // no snapshot: every lookup is batched and locked
 	}
-	return &recordReader{hdr: f, journal: path + "-journal", stats: stats}
+	r.hdr, r.lockFree = f, newLockFreeRecords(path)
+	return r
 }
 
 // close ends the reader after every connection on the file is closed:
 // closing a descriptor drops every POSIX lock this process holds on the
 // file, its SQLite connections' included.
 func (r *recordReader) close() {
+	if r.lockFree != nil {
+		r.lockFree.close()
+	}
 	if r.hdr != nil {
 		r.hdr.Close()
 	}
@@ -167,18 +184,22 @@ func (r *recordReader) close() {
 // lock; ok is false when the file is not in a rollback journal's format
 // or cannot be read.
 func (r *recordReader) header() (vers [16]byte, ok bool) {
-	if r.hdr == nil {
-		return vers, false
-	}
-	var b [40]byte
-	if n, err := r.hdr.ReadAt(b[:], 0); n != len(b) || err != nil {
-		return vers, false
-	}
-	if b[18] != 1 || b[19] != 1 { // 2: WAL
-		return vers, false
-	}
+	b, ok := r.rawHeader()
 	copy(vers[:], b[24:40])
-	return vers, true
+	return vers, ok
+}
+
+// rawHeader reads the database header's first 44 bytes with a plain
+// pread; ok is false when the file is not in a rollback journal's format
+// (bytes 18 and 19 are 1; 2 is WAL) or cannot be read.
+func (r *recordReader) rawHeader() (b [44]byte, ok bool) {
+	if r.hdr == nil {
+		return b, false
+	}
+	if n, err := r.hdr.ReadAt(b[:], 0); n != len(b) || err != nil {
+		return b, false
+	}
+	return b, b[18] == 1 && b[19] == 1
 }
 
 // journalLive reports whether a journal with a live header may be beside
@@ -328,6 +349,13 @@ func (h *sqliteHandle) runBatches() {
 		r.mu.Unlock()
 
 		ctx, cancel := context.WithTimeout(context.Background(), h.busy+time.Second)
+		if h.readLockFree(ctx, f, calls) {
+			cancel()
+			for _, c := range calls {
+				close(c.done)
+			}
+			continue
+		}
 		var done int
 		err := h.retryBusy(ctx, func() (err error) {
 			done, err = h.readBatch(ctx, f, calls, yields < maxYields)

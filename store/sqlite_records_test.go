@@ -59,7 +59,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 	rec2, err := s.Lookup(ctx, a)
 	expiry(t, rec2, err)
 	st := s.RecordReadStats()
-	if st.SnapshotHits != 1 || st.Batches != 1 {
+	if st.SnapshotHits != 1 || st.ReadTransactions() != 1 {
 		t.Fatalf("after two lookups of one record, nothing committed: %+v, want 1 hit, 1 batch", st)
 	}
 	if rec2 != rec {
@@ -71,7 +71,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if st := s.RecordReadStats(); st.SnapshotHits != 2 || st.Batches != 2 {
+	if st := s.RecordReadStats(); st.SnapshotHits != 2 || st.ReadTransactions() != 2 {
 		t.Fatalf("%+v, want 2 hits, 2 batches", st)
 	}
 
@@ -86,7 +86,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 	if got := expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
-	if st := s.RecordReadStats(); st.SnapshotHits != 2 || st.Batches != 3 {
+	if st := s.RecordReadStats(); st.SnapshotHits != 2 || st.ReadTransactions() != 3 {
 		t.Fatalf("after a commit: %+v, want no new hit and a new batch", st)
 	}
 
@@ -256,7 +256,7 @@ func TestSQLiteRecordLookupsBatch(t *testing.T) {
 		}
 	}
 	st := s.RecordReadStats()
-	if st.Batched != n || st.Batches > 2 {
+	if st.Batched != n || st.ReadTransactions() > 2 {
 		t.Fatalf("%d concurrent lookups: %+v, want all %d in at most 2 read transactions", n, st, n)
 	}
 	t.Logf("%+v", st)

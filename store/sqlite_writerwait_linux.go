@@ -73,3 +73,38 @@ func locksShowWriter(b []byte, ino uint64, self int) bool {
 	}
 	return false
 }
+
+// fOFDGetlk is Linux's F_OFD_GETLK (the same number on every
+// architecture; the syscall package does not name it).
+const fOFDGetlk = 36
+
+// writerLockHeld reports whether any process holds a write lock on the
+// file's SQLite lock bytes (RESERVED, PENDING or EXCLUSIVE, which a
+// writer takes before it writes), asking the kernel with F_OFD_GETLK on
+// f, a descriptor of the file the caller keeps open: a test for a read
+// lock there conflicts only with a write lock, and takes none. The
+// kernel answers for every owner of a lock on the file, including one in
+// another PID namespace (a sync server in another container sharing the
+// file), whose locks /proc/locks filters out, and this process's own too
+// (the edge's connections only ever take read locks, so a write lock of
+// this process is a writer's, as in tests). known is false when the
+// kernel cannot answer.
+func writerLockHeld(f *os.File) (held, known bool) {
+	if f == nil {
+		return false, false
+	}
+	lk := syscall.Flock_t{Type: syscall.F_RDLCK, Whence: 0, Start: sqlitePendingByte, Len: sqliteLockEnd - sqlitePendingByte}
+	if err := syscall.FcntlFlock(f.Fd(), fOFDGetlk, &lk); err != nil {
+		return false, false
+	}
+	return lk.Type != syscall.F_UNLCK, true
+}
+
+// fileTimes is the file's modification and change times in nanoseconds.
+func fileTimes(fi os.FileInfo) (mtime, ctime int64, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return st.Mtim.Nano(), st.Ctim.Nano(), true
+}
