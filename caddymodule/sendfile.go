@@ -30,9 +30,10 @@ import (
 // descriptor's offset up to the count it is given, here the writer's
 // chunk, so fileRange offers its descriptor only when that count cannot
 // pass the range's end: while at least one chunk of the range is left, or
-// when the range ends at the end of the file (sendfile stops there). The
-// rest of a range that stops short of the file's end, less than one
-// chunk, is read and written. The bytes were verified when the file was
+// when the range ends at the end of the file (sendfile stops there), or
+// always when the range is one chunk (below). Otherwise the rest of a
+// range that stops short of the file's end, less than one chunk, is read
+// and written. The bytes were verified when the file was
 // filled; nothing here reads them twice or skips a check.
 //
 // One chunk per answer, the idle timeout kept by progress. The writer's
@@ -214,7 +215,7 @@ func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
 	if len(iws) == 0 {
 		return lr, noop
 	}
-	if len(iws) == 1 && wholeRangeOK(iws[0]) && lr.N <= math.MaxInt {
+	if len(iws) == 1 && wholeRangeOK(iws[0]) && lr.N > 0 && lr.N <= math.MaxInt {
 		iw := iws[0]
 		fr := newFileRange(f, lr.N, lr.N)
 		if fr == nil {
