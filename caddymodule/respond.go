@@ -355,7 +355,9 @@ func (h *Handler) compressing() bool { return len(h.codings) > 0 && h.variants !
 // (store.Want.SendFile): through the response writers to sendfile(2)
 // (sendfile.go).
 func sendFile(w io.Writer, lr *io.LimitedReader) (int64, error) {
-	return io.Copy(w, sendfileSource(w, lr)) // not CopyN: its LimitedReader would hide the file
+	src, done := sendfileSource(w, lr)
+	defer done()
+	return io.Copy(w, src) // not CopyN: its LimitedReader would hide the file
 }
 
 // setGrantHeaders sets the headers of every successful answer: the ETag

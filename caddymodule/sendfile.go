@@ -3,9 +3,12 @@ package caddymodule
 import (
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
@@ -27,10 +30,31 @@ import (
 // descriptor's offset up to the count it is given, here the writer's
 // chunk, so fileRange offers its descriptor only when that count cannot
 // pass the range's end: while at least one chunk of the range is left, or
-// when the range ends at the end of the file (sendfile stops there). The
-// rest of a range that stops short of the file's end, less than one
-// chunk, is read and written. The bytes were verified when the file was
+// when the range ends at the end of the file (sendfile stops there), or
+// always when the range is one chunk (below). Otherwise the rest of a
+// range that stops short of the file's end, less than one chunk, is read
+// and written. The bytes were verified when the file was
 // filled; nothing here reads them twice or skips a check.
+//
+// One chunk per answer, the idle timeout kept by progress. The writer's
+// chunk exists only so that its write_idle deadline, set before each
+// chunk, bounds a stall rather than the whole transfer. Cutting a 64 MiB
+// answer into 64 KiB chunks costs about a thousand sendfile calls and as
+// many deadline resets and scheduler round trips; in one call the kernel
+// takes the range in as few sendfile calls as the socket buffer allows
+// (each returns when the buffer is full), as nginx does. So for the
+// duration of one such answer the writer's chunk is the whole range
+// (IdleTimeoutWriter.MaxChunk, per request, put back afterwards), and a
+// progressDeadline keeps the idle timeout's meaning instead: every eighth
+// of the timeout it reads the descriptor's offset, which sendfile(2)
+// moves as the socket takes bytes, and while it moved it pushes the write
+// deadline to now plus the timeout. A reader that stops is cut between
+// one timeout and one and an eighth after the last bytes it took; one
+// that keeps taking bytes, however slowly, is not. Only when the writer's
+// deadline is a plain idle timeout on a connection that checks it at the
+// next write (HTTP/1 and HTTP/3): with a minimum rate (write_min_rate)
+// or on HTTP/2 (whose deadline is a timer that resets the stream) the
+// writer's own chunks are kept.
 
 // errNoSendfile declines sendfile for the next chunk: net falls back to a
 // copy through fileRange.Read.
@@ -45,7 +69,11 @@ type fileRange struct {
 	// chunk is the most one call of the connection's ReadFrom may ask
 	// sendfile for (the idle timeout writer's chunk); 0 when not known.
 	chunk int64
-	toEOF bool  // the range ends at the end of the file
+	toEOF bool // the range ends at the end of the file
+	// whole: the writer's one chunk is the whole range, so what it asks
+	// of sendfile never passes the range's end (net/http's first 512
+	// bytes, read through Read, shorten the chunk and the range alike).
+	whole bool
 	sent  int64 // bytes that went with sendfile
 	err   error // the offset could not be read back: sticky
 	raw   syscall.RawConn
@@ -92,7 +120,7 @@ func (r *fileRange) Read(p []byte) (int, error) {
 // cannot pass the range's end.
 func (r *fileRange) SyscallConn() (syscall.RawConn, error) {
 	left := r.end - r.pos
-	if r.err != nil || left <= 0 || !(r.toEOF || (r.chunk > 0 && left >= r.chunk)) {
+	if r.err != nil || left <= 0 || !(r.toEOF || r.whole || (r.chunk > 0 && left >= r.chunk)) {
 		return nil, errNoSendfile
 	}
 	if r.raw == nil {
@@ -128,17 +156,13 @@ func (c *rangeConn) Read(fn func(fd uintptr) bool) error {
 func (c *rangeConn) Control(fn func(fd uintptr)) error    { return c.r.raw.Control(fn) }
 func (c *rangeConn) Write(fn func(fd uintptr) bool) error { return c.r.raw.Write(fn) }
 
-// writeChunk walks the response writers from w down (Unwrap) and returns
-// the largest chunk an idle timeout writer among them cuts ReadFrom
-// sources into; found is false when there is none.
-func writeChunk(w any) (chunk int64, found bool) {
+// idleWriters walks the response writers from w down (Unwrap) and
+// returns the idle timeout writers among them, outermost first.
+func idleWriters(w any) []*caddyhttp.IdleTimeoutWriter {
+	var out []*caddyhttp.IdleTimeoutWriter
 	for range 64 { // bounded: a writer that unwraps to itself must not hang a request
 		if iw, ok := w.(*caddyhttp.IdleTimeoutWriter); ok {
-			c := int64(iw.MaxChunk)
-			if c <= 0 {
-				c = caddyhttp.DefaultMaxWriteChunk
-			}
-			chunk, found = max(chunk, c), true
+			out = append(out, iw)
 		}
 		u, ok := w.(unwrapper)
 		if !ok {
@@ -148,27 +172,135 @@ func writeChunk(w any) (chunk int64, found bool) {
 			break
 		}
 	}
+	return out
+}
+
+// writeChunk returns the largest chunk an idle timeout writer below w
+// cuts ReadFrom sources into; found is false when there is none.
+func writeChunk(w any) (chunk int64, found bool) {
+	for _, iw := range idleWriters(w) {
+		chunk, found = max(chunk, chunkOf(iw)), true
+	}
 	return chunk, found
+}
+
+func chunkOf(iw *caddyhttp.IdleTimeoutWriter) int64 {
+	if iw.MaxChunk > 0 {
+		return int64(iw.MaxChunk)
+	}
+	return caddyhttp.DefaultMaxWriteChunk
+}
+
+// wholeRangeOK reports whether the answer may go to iw as one chunk with
+// a progressDeadline in place of the chunks' deadlines: a plain idle
+// timeout (no minimum rate, which counts bytes the writer alone knows),
+// on a connection whose deadline is checked at the next write only.
+func wholeRangeOK(iw *caddyhttp.IdleTimeoutWriter) bool {
+	return iw.Ctrl != nil && iw.Deadline.Timeout > 0 && iw.Deadline.MinRate == 0 && !iw.ClearBetweenWrites
 }
 
 // sendfileSource returns the reader that takes the bytes of lr, a
 // complete disk tier file's reader (an *io.LimitedReader over an
-// *os.File at the range's start, N its length), to w with sendfile(2).
-// Under an idle timeout writer it is a fileRange; with no such writer
-// (or not a file) lr itself, which reaches the connection as it is.
-func sendfileSource(w io.Writer, lr *io.LimitedReader) io.Reader {
+// *os.File at the range's start, N its length), to w with sendfile(2),
+// and the func to call once the copy has ended. Under an idle timeout
+// writer it is a fileRange (sent as one chunk under a progressDeadline
+// when wholeRangeOK); with no such writer (or not a file) lr itself,
+// which reaches the connection as it is.
+func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
 	f, ok := lr.R.(*os.File)
 	if !ok {
-		return lr
+		return lr, noop
 	}
-	chunk, found := writeChunk(w)
-	if !found {
-		return lr
+	iws := idleWriters(w)
+	if len(iws) == 0 {
+		return lr, noop
 	}
+	if len(iws) == 1 && wholeRangeOK(iws[0]) && lr.N > 0 && lr.N <= math.MaxInt {
+		iw := iws[0]
+		fr := newFileRange(f, lr.N, lr.N)
+		if fr == nil {
+			return lr, noop
+		}
+		fr.whole = true
+		prev := iw.MaxChunk
+		iw.MaxChunk = int(lr.N)
+		pd := startProgressDeadline(f, fr.pos, iw.Deadline.Timeout, iw.Deadline.HardDeadline, iw.Ctrl.SetWriteDeadline, time.Now)
+		return fr, func() {
+			pd.stop()
+			iw.MaxChunk = prev
+		}
+	}
+	chunk, _ := writeChunk(w)
 	if fr := newFileRange(f, lr.N, chunk); fr != nil {
-		return fr
+		return fr, noop
 	}
-	return lr
+	return lr, noop
+}
+
+func noop() {}
+
+// progressDeadline pushes a connection's write deadline on while a file
+// descriptor's offset moves (see the top of this file).
+type progressDeadline struct {
+	mu      sync.Mutex
+	timer   *time.Timer
+	stopped bool
+	f       *os.File
+	last    int64 // the offset at the last check
+	timeout time.Duration
+	hard    time.Time // the writer's hard deadline (write_timeout); zero: none
+	set     func(time.Time) error
+	now     func() time.Time
+}
+
+// minProgressPeriod bounds how often a progressDeadline checks, for
+// idle timeouts of a few milliseconds.
+const minProgressPeriod = 10 * time.Millisecond
+
+// progressPeriod is how often a progressDeadline checks the offset.
+func progressPeriod(timeout time.Duration) time.Duration {
+	return max(timeout/8, minProgressPeriod)
+}
+
+// startProgressDeadline checks f's offset (pos now) every
+// progressPeriod(timeout) and, when it moved, sets the write deadline
+// with set to now+timeout, never past hard.
+func startProgressDeadline(f *os.File, pos int64, timeout time.Duration, hard time.Time, set func(time.Time) error, now func() time.Time) *progressDeadline {
+	p := &progressDeadline{f: f, last: pos, timeout: timeout, hard: hard, set: set, now: now}
+	p.mu.Lock()
+	p.timer = time.AfterFunc(progressPeriod(timeout), p.check)
+	p.mu.Unlock()
+	return p
+}
+
+func (p *progressDeadline) check() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
+	if pos, err := p.f.Seek(0, io.SeekCurrent); err == nil && pos != p.last {
+		p.last = pos
+		_ = p.set(idleDeadline(p.now(), p.timeout, p.hard))
+	}
+	p.timer.Reset(progressPeriod(p.timeout))
+}
+
+// stop ends the checks; no deadline is set after it returns.
+func (p *progressDeadline) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.timer.Stop()
+	p.mu.Unlock()
+}
+
+// idleDeadline is now+timeout, or hard when that comes first.
+func idleDeadline(now time.Time, timeout time.Duration, hard time.Time) time.Time {
+	d := now.Add(timeout)
+	if !hard.IsZero() && hard.Before(d) {
+		return hard
+	}
+	return d
 }
 
 // unwrapper is a response writer that wraps another (Caddy's, and

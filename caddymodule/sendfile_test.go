@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -36,7 +37,7 @@ type served struct {
 	err error
 }
 
-func newSendfileServer(t *testing.T, path string, chunk int) *sendfileServer {
+func newSendfileServer(t *testing.T, path string, chunk int, minRate int64) *sendfileServer {
 	t.Helper()
 	s := &sendfileServer{done: make(chan served, 1)}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -55,7 +56,7 @@ func newSendfileServer(t *testing.T, path string, chunk int) *sendfileServer {
 		iw := &caddyhttp.IdleTimeoutWriter{
 			ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
 			Ctrl:                  http.NewResponseController(w),
-			Deadline:              caddyhttp.IdleDeadline{Start: time.Now(), Timeout: 10 * time.Second},
+			Deadline:              caddyhttp.IdleDeadline{Start: time.Now(), Timeout: 10 * time.Second, MinRate: minRate},
 			MaxChunk:              chunk,
 			Logger:                zap.NewNop(),
 		}
@@ -63,7 +64,8 @@ func newSendfileServer(t *testing.T, path string, chunk int) *sendfileServer {
 		outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
 		outer.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 		outer.WriteHeader(http.StatusOK)
-		src := sendfileSource(outer, &io.LimitedReader{R: f, N: n}) // as the body writer does
+		src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: n}) // as the body writer does
+		defer done()
 		fr, _ := src.(*fileRange)
 		k, err := io.Copy(outer, src)
 		if err == nil && k != n {
@@ -76,10 +78,19 @@ func newSendfileServer(t *testing.T, path string, chunk int) *sendfileServer {
 }
 
 // Every answer from a complete file, whole or any range, reaches sendfile
-// through an IdleTimeoutWriter's chunks, never sends past the range's end
-// (a second answer on the same connection parses), and only the tail of
-// a range ending before the file's end (less than one chunk) is copied.
+// through an IdleTimeoutWriter and never sends past the range's end (a
+// second answer on the same connection parses). Under a plain idle
+// timeout the answer is one chunk: only the 512 bytes net/http reads
+// itself are copied. With a minimum rate (the writer's own chunks kept)
+// only the tail of a range ending before the file's end, less than one
+// chunk, is copied as well.
 func TestSendfileThroughIdleTimeoutWriter(t *testing.T) {
+	for _, minRate := range []int64{0, 1 << 10} {
+		t.Run(fmt.Sprintf("min rate %d", minRate), func(t *testing.T) { testSendfileThroughIdleTimeoutWriter(t, minRate) })
+	}
+}
+
+func testSendfileThroughIdleTimeoutWriter(t *testing.T, minRate int64) {
 	const size = 3<<20 + 12345
 	data := make([]byte, size)
 	rand.Read(data)
@@ -92,7 +103,7 @@ func TestSendfileThroughIdleTimeoutWriter(t *testing.T) {
 		if c == 0 {
 			c = caddyhttp.DefaultMaxWriteChunk
 		}
-		s := newSendfileServer(t, path, chunk)
+		s := newSendfileServer(t, path, chunk, minRate)
 		conn, err := net.Dial("tcp", s.Listener.Addr().String())
 		if err != nil {
 			t.Fatal(err)
@@ -139,6 +150,8 @@ func TestSendfileThroughIdleTimeoutWriter(t *testing.T) {
 				copied := tc.n - fr.sent
 				toEOF := tc.off+tc.n == size
 				switch {
+				case minRate == 0 && copied > min(tc.n, 512):
+					t.Fatalf("one chunk: %d of %d bytes copied, want at most 512", copied, tc.n)
 				case toEOF && copied > 512:
 					t.Fatalf("range to the end of the file: %d of %d bytes copied, want at most 512", copied, tc.n)
 				case !toEOF && tc.n >= c+512 && copied > c+512:
@@ -166,20 +179,25 @@ func TestSendfileSourceShapes(t *testing.T) {
 	f.Write(bytes.Repeat([]byte("x"), 100))
 	f.Seek(10, io.SeekStart)
 	lr := &io.LimitedReader{R: f, N: 90}
-	if src := sendfileSource(httptest.NewRecorder(), lr); src != lr {
+	source := func(w io.Writer, lr *io.LimitedReader) io.Reader {
+		src, done := sendfileSource(w, lr)
+		done()
+		return src
+	}
+	if src := source(httptest.NewRecorder(), lr); src != lr {
 		t.Fatalf("no idle timeout writer: %T, want the LimitedReader itself", src)
 	}
 	mem := &io.LimitedReader{R: bytes.NewReader(make([]byte, 90)), N: 90}
 	iw := &caddyhttp.IdleTimeoutWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: httptest.NewRecorder()}}
 	rec := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
-	if src := sendfileSource(rec, mem); src != mem {
+	if src := source(rec, mem); src != mem {
 		t.Fatalf("not a file: %T, want the LimitedReader itself", src)
 	}
-	fr, ok := sendfileSource(rec, lr).(*fileRange)
+	fr, ok := source(rec, lr).(*fileRange)
 	if !ok || fr.pos != 10 || fr.end != 100 || !fr.toEOF || fr.chunk != caddyhttp.DefaultMaxWriteChunk {
 		t.Fatalf("under an idle timeout writer: %+v", fr)
 	}
-	fr, ok = sendfileSource(rec, &io.LimitedReader{R: f, N: 50}).(*fileRange)
+	fr, ok = source(rec, &io.LimitedReader{R: f, N: 50}).(*fileRange)
 	if !ok || fr.toEOF {
 		t.Fatalf("a range ending before the file's end: %+v", fr)
 	}
@@ -218,4 +236,243 @@ func TestFileRangeShortFile(t *testing.T) {
 	if newFileRange(f, 100, 64<<10) != nil {
 		t.Fatal("a range past the file's end was accepted")
 	}
+}
+
+// Under a plain idle timeout on HTTP/1 the answer is one chunk of the
+// writer for its duration, with the writer's chunk put back after; with a
+// minimum rate or on HTTP/2 the writer's chunks are kept.
+func TestSendfileSourceWholeRange(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 1<<20))
+	newIW := func(d caddyhttp.IdleDeadline, h2 bool) *caddyhttp.IdleTimeoutWriter {
+		rec := httptest.NewRecorder()
+		return &caddyhttp.IdleTimeoutWriter{
+			ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: rec},
+			Ctrl:                  http.NewResponseController(rec),
+			Deadline:              d,
+			MaxChunk:              64 << 10,
+			Logger:                zap.NewNop(),
+			ClearBetweenWrites:    h2,
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		iw    *caddyhttp.IdleTimeoutWriter
+		whole bool
+	}{
+		{"plain idle timeout", newIW(caddyhttp.IdleDeadline{Timeout: time.Minute}, false), true},
+		{"with a hard deadline", newIW(caddyhttp.IdleDeadline{Timeout: time.Minute, HardDeadline: time.Now().Add(time.Hour)}, false), true},
+		{"minimum rate", newIW(caddyhttp.IdleDeadline{Timeout: time.Minute, MinRate: 1000}, false), false},
+		{"HTTP/2", newIW(caddyhttp.IdleDeadline{Timeout: time.Minute}, true), false},
+		{"no timeout", newIW(caddyhttp.IdleDeadline{}, false), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.Seek(1000, io.SeekStart)
+			outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: tc.iw}
+			src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: 500_000})
+			fr, ok := src.(*fileRange)
+			if !ok {
+				t.Fatalf("%T, want a fileRange", src)
+			}
+			during := tc.iw.MaxChunk
+			done()
+			switch {
+			case fr.whole != tc.whole:
+				t.Fatalf("whole %v, want %v", fr.whole, tc.whole)
+			case tc.whole && during != 500_000:
+				t.Fatalf("writer's chunk %d during the answer, want the range's 500000", during)
+			case !tc.whole && (during != 64<<10 || fr.chunk != 64<<10):
+				t.Fatalf("writer's chunk %d, range's %d, want 64 KiB", during, fr.chunk)
+			case tc.iw.MaxChunk != 64<<10:
+				t.Fatalf("writer's chunk %d after the answer, want 64 KiB back", tc.iw.MaxChunk)
+			}
+		})
+	}
+}
+
+// A progressDeadline pushes the deadline to now+timeout (never past the
+// hard deadline) only when the offset moved since the last check, and
+// never after stop.
+func TestProgressDeadlineCheck(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(make([]byte, 1000))
+	f.Seek(100, io.SeekStart)
+	var sets []time.Time
+	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	// An hour's timeout: the timer (every 7.5 minutes) never fires here.
+	p := startProgressDeadline(f, 100, time.Hour, time.Time{}, func(d time.Time) error { sets = append(sets, d); return nil }, clock)
+	p.check()
+	if len(sets) != 0 {
+		t.Fatalf("offset unchanged: deadline set to %v", sets)
+	}
+	f.Seek(600, io.SeekStart)
+	now = now.Add(time.Minute)
+	p.check()
+	if len(sets) != 1 || !sets[0].Equal(now.Add(time.Hour)) {
+		t.Fatalf("offset moved: deadlines %v, want %v", sets, now.Add(time.Hour))
+	}
+	p.check()
+	if len(sets) != 1 {
+		t.Fatalf("no move since the last check: deadlines %v", sets)
+	}
+	p.hard = now.Add(10 * time.Minute)
+	f.Seek(700, io.SeekStart)
+	p.check()
+	if len(sets) != 2 || !sets[1].Equal(p.hard) {
+		t.Fatalf("hard deadline first: deadlines %v, want %v last", sets, p.hard)
+	}
+	p.stop()
+	f.Seek(900, io.SeekStart)
+	p.check()
+	if len(sets) != 2 {
+		t.Fatalf("after stop: deadlines %v", sets)
+	}
+	if got := progressPeriod(time.Minute); got != 7500*time.Millisecond {
+		t.Fatalf("period of a minute's timeout %v, want 7.5s", got)
+	}
+	if got := progressPeriod(time.Millisecond); got != minProgressPeriod {
+		t.Fatalf("period of 1ms's timeout %v, want %v", got, minProgressPeriod)
+	}
+}
+
+// idleServer is a real HTTP/1.1 server on loopback whose handler sends
+// the whole file with sendFile under an IdleTimeoutWriter with idle
+// timeout timeout, as Caddy's server installs it. Its connections' send
+// buffers are small, so a reader that stops is felt after about 64 KiB.
+type idleServer struct {
+	*httptest.Server
+	done chan error // the copy's error, one per answer
+}
+
+func newIdleServer(t *testing.T, path string, timeout time.Duration) *idleServer {
+	t.Helper()
+	s := &idleServer{done: make(chan error, 1)}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(path)
+		if err != nil {
+			s.done <- err
+			return
+		}
+		defer f.Close()
+		fi, _ := f.Stat()
+		iw := &caddyhttp.IdleTimeoutWriter{
+			ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w},
+			Ctrl:                  http.NewResponseController(w),
+			Deadline:              caddyhttp.IdleDeadline{Start: time.Now(), Timeout: timeout},
+			Logger:                zap.NewNop(),
+		}
+		defer iw.HandlerDone()
+		iw.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
+		iw.WriteHeader(http.StatusOK)
+		n, err := sendFile(iw, &io.LimitedReader{R: f, N: fi.Size()})
+		if err == nil && n != fi.Size() {
+			err = fmt.Errorf("copied %d of %d bytes", n, fi.Size())
+		}
+		s.done <- err
+	}))
+	s.Config.ConnState = func(c net.Conn, st http.ConnState) {
+		if tc, ok := c.(*net.TCPConn); ok && st == http.StateNew {
+			tc.SetWriteBuffer(32 << 10)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// get sends GET / on a connection with a small receive buffer and
+// returns the response, its body unread.
+func (s *idleServer) get(t *testing.T) *http.Response {
+	t.Helper()
+	d := net.Dialer{}
+	conn, err := d.Dial("tcp", s.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.(*net.TCPConn).SetReadBuffer(32 << 10)
+	fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReaderSize(conn, 8<<10), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func writeRandomFile(t *testing.T, size int) (string, []byte) {
+	t.Helper()
+	data := make([]byte, size)
+	rand.Read(data)
+	path := filepath.Join(t.TempDir(), "seg")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, data
+}
+
+// A reader that stops taking bytes is cut by the write idle timeout,
+// though the whole answer is one chunk of the writer, and not before the
+// timeout.
+func TestSendfileStalledReaderCut(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	path, _ := writeRandomFile(t, 8<<20)
+	s := newIdleServer(t, path, timeout)
+	t0 := time.Now()
+	res := s.get(t)
+	defer res.Body.Close()
+	// Read nothing more.
+	select {
+	case err := <-s.done:
+		took := time.Since(t0)
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("stalled reader: copy ended with %v, want the write deadline", err)
+		}
+		if took < timeout {
+			t.Fatalf("cut after %v, before the idle timeout %v", took, timeout)
+		}
+		t.Logf("stalled reader cut after %v (idle timeout %v)", took, timeout)
+	case <-time.After(30 * timeout):
+		t.Fatalf("stalled reader not cut after %v (idle timeout %v)", 30*timeout, timeout)
+	}
+}
+
+// A reader that keeps taking bytes, slowly, gets the whole answer though
+// it takes many idle timeouts: the deadline follows its progress.
+func TestSendfileSlowReaderKept(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	path, data := writeRandomFile(t, 2<<20)
+	s := newIdleServer(t, path, timeout)
+	t0 := time.Now()
+	res := s.get(t)
+	defer res.Body.Close()
+	var got []byte
+	buf := make([]byte, 8<<10)
+	for {
+		n, err := res.Body.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // about 800 KB/s at most
+	}
+	took := time.Since(t0)
+	if err := <-s.done; err != nil {
+		t.Fatalf("slow reader cut after %v (idle timeout %v): %v", took, timeout, err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatalf("slow reader got %d bytes, not the file's %d", len(got), len(data))
+	}
+	if took < 3*timeout {
+		t.Fatalf("the answer took %v, under 3 idle timeouts (%v): it proves nothing", took, timeout)
+	}
+	t.Logf("slow reader: %d bytes in %v (idle timeout %v)", len(got), took, timeout)
 }
