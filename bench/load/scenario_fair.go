@@ -12,11 +12,13 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/syncular/caddy-syncular/token"
@@ -54,6 +56,11 @@ type fairRun struct {
 	aOther     int
 	aSlowest   time.Duration
 	took       time.Duration
+
+	// bLate: B's downloads that started after the last of A's requests
+	// was sent (A's storm arrived; only its reads remain), and bEarly
+	// the others. Beside the storm only.
+	bLate, bEarly []time.Duration
 }
 
 type fairSeg struct {
@@ -119,9 +126,9 @@ func fairScenario(e *env, rep *report) error {
 		if err != nil {
 			return err
 		}
-		log.Printf("(m) %s: B %d/%d right, p50 %s p95 %s (first downloads %s, B done at %s); A %d right, %d overloaded, %d other, slowest %s; %s",
+		log.Printf("(m) %s: B %d/%d right, p50 %s p95 %s (first downloads %s, B done at %s; %s); A %d right, %d overloaded, %d other, slowest %s; %s",
 			res.name, res.bOK, len(bSegs), pct(res.bLat, 0.5).Round(time.Millisecond), pct(res.bLat, 0.95).Round(time.Millisecond),
-			roundAll(res.bFirst), maxDur(res.bStart).Round(time.Millisecond),
+			roundAll(res.bFirst), maxDur(res.bStart).Round(time.Millisecond), fairSplit(res),
 			res.aOK, res.aOver, res.aOther, res.aSlowest.Round(time.Millisecond), res.took.Round(time.Millisecond))
 		p := pooled[r.name]
 		if p == nil {
@@ -131,6 +138,8 @@ func fairScenario(e *env, rep *report) error {
 		}
 		p.rounds++
 		p.bLat = append(p.bLat, res.bLat...)
+		p.bLate = append(p.bLate, res.bLate...)
+		p.bEarly = append(p.bEarly, res.bEarly...)
 		p.bOK += res.bOK
 		p.aOK, p.aOver, p.aOther = p.aOK+res.aOK, p.aOver+res.aOver, p.aOther+res.aOther
 		p.aSlowest = max(p.aSlowest, res.aSlowest)
@@ -179,6 +188,7 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 	}
 
 	res := &fairRun{name: label, storm: storm}
+	var bAt []time.Time // when each of res.bLat started
 	var mu sync.Mutex
 	var wgB sync.WaitGroup
 	// Tenant A's clients run in a process of their own (as they would on
@@ -200,7 +210,9 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 		if err != nil {
 			return nil, err
 		}
-		child = exec.Command(self, "-fair-storm", list)
+		// With -pin, on the load generators' CPUs like hey and vegeta.
+		prog, argv := pinned(loadCPUs(), self, []string{"-fair-storm", list})
+		child = exec.Command(prog, argv...)
 		child.Stdout, child.Stderr = &childOut, os.Stderr
 		stdin, err := child.StdinPipe()
 		if err != nil {
@@ -224,11 +236,13 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 		go func() {
 			defer wgB.Done()
 			for i := c; i < len(bSegs); i += fairBClients {
-				started := time.Since(t0)
+				startedAt := time.Now()
+				started := startedAt.Sub(t0)
 				_, _, right, took := get(bSegs[i])
 				mu.Lock()
 				res.bLat = append(res.bLat, took)
 				res.bStart = append(res.bStart, started)
+				bAt = append(bAt, startedAt)
 				if i == c {
 					res.bFirst = append(res.bFirst, took)
 				}
@@ -240,6 +254,7 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 		}()
 	}
 	wgB.Wait()
+	var lastSent int64 // when A's last request was written, Unix ns
 	if child != nil {
 		if err := child.Wait(); err != nil {
 			return nil, fmt.Errorf("storm child: %w", err)
@@ -248,9 +263,11 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 			var status, right int
 			var code string
 			var took time.Duration
-			if _, err := fmt.Sscanf(line, "%d %s %d %d", &status, &code, &right, &took); err != nil {
+			var sent int64
+			if _, err := fmt.Sscanf(line, "%d %s %d %d %d", &status, &code, &right, &took, &sent); err != nil {
 				return nil, fmt.Errorf("storm child line %q: %w", line, err)
 			}
+			lastSent = max(lastSent, sent)
 			res.aSlowest = max(res.aSlowest, took)
 			switch {
 			case right == 1:
@@ -262,6 +279,15 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 			}
 		}
 	}
+	if child != nil {
+		for i, at := range bAt {
+			if at.UnixNano() > lastSent {
+				res.bLate = append(res.bLate, res.bLat[i])
+			} else {
+				res.bEarly = append(res.bEarly, res.bLat[i])
+			}
+		}
+	}
 	res.took = time.Since(t0)
 	return res, nil
 }
@@ -269,7 +295,8 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 // fairStormChild is tenant A's clients: one concurrent download of each
 // "<url> <sha256 hex>" line of list, all started when stdin says go; one
 // line per download on stdout: status, error code ("-" for none), 1 when
-// the body hashed right, and its time in nanoseconds.
+// the body hashed right, its time in nanoseconds, and when its request
+// was written whole (Unix nanoseconds; 0 if never).
 func fairStormChild(list string) error {
 	raw, err := os.ReadFile(list)
 	if err != nil {
@@ -287,9 +314,18 @@ func fairStormChild(list string) error {
 		go func() {
 			defer wg.Done()
 			<-gate
+			var sent atomic.Int64
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				WroteRequest: func(httptrace.WroteRequestInfo) { sent.Store(time.Now().UnixNano()) },
+			})
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				out[i] = "0 request 0 0 0"
+				return
+			}
 			t0 := time.Now()
 			status, code, right := 0, "-", 0
-			if resp, err := client.Get(u); err != nil {
+			if resp, err := client.Do(req); err != nil {
 				code = "transport"
 			} else {
 				body, err := io.ReadAll(resp.Body)
@@ -310,7 +346,7 @@ func fairStormChild(list string) error {
 					}
 				}
 			}
-			out[i] = fmt.Sprintf("%d %s %d %d", status, code, right, time.Since(t0))
+			out[i] = fmt.Sprintf("%d %s %d %d %d", status, code, right, time.Since(t0), sent.Load())
 		}()
 	}
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
@@ -326,7 +362,7 @@ func fairMarkdown(w func(string, ...any), runs []*fairRun) {
 	w("## (m) Fair store work: tenant B beside tenant A's cold storm, proxy mode from versitygw\n\n")
 	w("Tenant A: %d clients, each asking at once for a distinct cold segment of %d KiB; tenant B: %d clients downloading %d cold segments of their own one after another (from 20 ms after A's start). A's clients run in a process of their own. Each round is a fresh edge (cold memory and disk tier); B alone and B beside the storm alternate over %d rounds (ABBA) and pool their samples; default settings (store_concurrency 16, store_queue 1024, store_queue_wait 2s) unless named. Target: B's p95 beside the storm at most 3× B's p95 alone; A's downloads each get their bytes or 503 edge.overloaded (A's counts are summed over the rounds).\n\n",
 		fairAClients, fairSize>>10, fairBClients, fairBSegments, fairRounds)
-	w("| edge | rounds | B right | B p50 | B p95 | B p95 / alone | A with bytes | A 503 edge.overloaded | A other | A slowest | slowest round |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| edge | rounds | B right | B p50 | B p95 | B p95 / alone | B p95 while A's requests arrive / after (downloads) | A with bytes | A 503 edge.overloaded | A other | A slowest | slowest round |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	var alone time.Duration
 	for _, r := range runs {
 		if !r.storm {
@@ -334,19 +370,33 @@ func fairMarkdown(w func(string, ...any), runs []*fairRun) {
 		}
 	}
 	for _, r := range runs {
-		ratio, a := "—", "—"
+		ratio, a, split := "—", "—", "—"
 		if alone > 0 {
 			ratio = fmt.Sprintf("%.2f×", float64(pct(r.bLat, 0.95))/float64(alone))
 		}
 		if r.storm {
+			split = fairSplit(r)
 			a = fmt.Sprintf("%d | %d | %d | %s", r.aOK, r.aOver, r.aOther, r.aSlowest.Round(time.Millisecond))
 		} else {
 			a = "— | — | — | —"
 		}
-		w("| %s | %d | %d / %d | %s | %s | %s | %s | %s |\n", r.name, r.rounds, r.bOK, len(r.bLat), pct(r.bLat, 0.5).Round(100*time.Microsecond),
-			pct(r.bLat, 0.95).Round(100*time.Microsecond), ratio, a, r.took.Round(time.Millisecond))
+		w("| %s | %d | %d / %d | %s | %s | %s | %s | %s | %s |\n", r.name, r.rounds, r.bOK, len(r.bLat), pct(r.bLat, 0.5).Round(100*time.Microsecond),
+			pct(r.bLat, 0.95).Round(100*time.Microsecond), ratio, split, a, r.took.Round(time.Millisecond))
 	}
-	w("\n%s\n\n", strings.TrimSpace("B's segments are read in both rows from a cold edge: a record lookup and a fill each, so B's time is two store reads; beside the storm each waits for its tenant's turn at a slot."))
+	w("\n%s\n\n", fmt.Sprintf("B's segments are read in both rows from a cold edge: a record lookup and a fill each, so B's time is two store reads; beside the storm each waits for its tenant's turn at a slot. "+
+		"The split column parts B's downloads beside the storm by when they started: before the last of A's %d requests was sent (while the edge accepts, parses and verifies them, work done before the tenant is known, on the same cores as the store and A's clients) and after it (A's storm is then only its store reads, in the gate's turns).", fairAClients))
+}
+
+// fairSplit is B's p95 of the downloads that started while A's requests
+// were still being sent, and of those that started after, with counts.
+func fairSplit(r *fairRun) string {
+	f := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return "— (0)"
+		}
+		return fmt.Sprintf("%s (%d)", pct(ds, 0.95).Round(100*time.Microsecond), len(ds))
+	}
+	return f(r.bEarly) + " / " + f(r.bLate)
 }
 
 func roundAll(ds []time.Duration) []time.Duration {

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"net/url"
 	"os"
@@ -98,6 +99,12 @@ func newKey() ([]byte, string, error) {
 	return k, "hex:" + hex.EncodeToString(k), nil
 }
 
+// flagS3KeepAlive: versitygw closes every connection after one response
+// unless told otherwise, which S3 services do not: each store read of an
+// edge would then be a dial, an accept and a close on the same cores as
+// the edge (a storm of scenario (m) dialled 1,300 connections per round).
+var flagS3KeepAlive = flag.Bool("s3-keepalive", true, "run versitygw with --keep-alive, as S3 services keep connections open (false: one connection per store request, versitygw's default)")
+
 // setupS3 starts versitygw (the set-up the tests use) and writes the
 // redirect and storm segments.
 func (e *env) setupS3() error {
@@ -108,7 +115,11 @@ func (e *env) setupS3() error {
 		}
 		os.Setenv("VERSITYGW", abs) // how s3test is told which binary to run
 	}
-	gw, err := s3test.Launch(filepath.Join(e.dir, "s3"))
+	var gwOpts []s3test.Option
+	if *flagS3KeepAlive {
+		gwOpts = append(gwOpts, s3test.WithKeepAlive())
+	}
+	gw, err := s3test.Launch(filepath.Join(e.dir, "s3"), gwOpts...)
 	if err != nil {
 		return err
 	}

@@ -57,6 +57,7 @@ type Server struct {
 	addr    string
 	dataDir string
 	outPath string
+	keep    bool // --keep-alive (WithKeepAlive)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -64,7 +65,8 @@ type Server struct {
 }
 
 type options struct {
-	region string
+	region    string
+	keepAlive bool
 }
 
 // Option changes how Start runs the server.
@@ -72,6 +74,12 @@ type Option func(*options)
 
 // WithRegion makes the server accept only region r (e.g. "auto", as R2).
 func WithRegion(r string) Option { return func(o *options) { o.region = r } }
+
+// WithKeepAlive makes the server keep its HTTP connections open between
+// requests, as S3 services do. versitygw closes each connection after
+// one response by default, so that every request of a client is a new
+// TCP connection (a dial, an accept and a close on each side).
+func WithKeepAlive() Option { return func(o *options) { o.keepAlive = true } }
 
 // Start runs a fresh server (new data directory under t.TempDir(), free
 // port) and stops it when the test ends. It calls t.Fatal when the server
@@ -113,6 +121,7 @@ func Launch(dir string, opts ...Option) (*Server, error) {
 		AccessKey: "s3test" + ak,
 		SecretKey: sk,
 		Region:    o.region,
+		keep:      o.keepAlive,
 		AccessLog: filepath.Join(dir, "access.log"),
 		bin:       bin,
 		dataDir:   filepath.Join(dir, "data"),
@@ -201,12 +210,11 @@ func (s *Server) start() error {
 		return err
 	}
 	defer out.Close()
-	cmd := exec.Command(s.bin,
-		"--port", s.addr,
-		"--region", s.Region,
-		"--quiet",
-		"--access-log", s.AccessLog,
-		"posix", s.dataDir)
+	args := []string{"--port", s.addr, "--region", s.Region, "--quiet", "--access-log", s.AccessLog}
+	if s.keep {
+		args = append(args, "--keep-alive")
+	}
+	cmd := exec.Command(s.bin, append(args, "posix", s.dataDir)...)
 	cmd.Env = append(cleanEnv(),
 		"ROOT_ACCESS_KEY="+s.AccessKey,
 		"ROOT_SECRET_KEY="+s.SecretKey)

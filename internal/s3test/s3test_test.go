@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"runtime"
 	"strings"
 	"testing"
@@ -196,4 +197,46 @@ func TestPutRecordObject(t *testing.T) {
 		t.Error("record object still there after DeleteRecordObject")
 	}
 	DeleteRecordObject(t, c, "segments", "p/", id) // idempotent
+}
+
+// TestKeepAlive: without WithKeepAlive the server answers each request
+// on a connection of its own (versitygw's default: the second request of
+// a client dials again); with it, the second request reuses the first's
+// connection.
+func TestKeepAlive(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep-alive=%v", keep), func(t *testing.T) {
+			var opts []Option
+			if keep {
+				opts = append(opts, WithKeepAlive())
+			}
+			srv := Start(t, opts...)
+			tr := &http.Transport{}
+			defer tr.CloseIdleConnections()
+			hc := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+			var reused []bool
+			for range 3 {
+				var got bool
+				ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+					GotConn: func(ci httptrace.GotConnInfo) { got = ci.Reused },
+				})
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.Endpoint+"/", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				reused = append(reused, got)
+			}
+			for i, r := range reused[1:] {
+				if r != keep {
+					t.Errorf("request %d: connection reused %v, want %v (all: %v)", i+2, r, keep, reused)
+				}
+			}
+		})
+	}
 }
