@@ -171,13 +171,7 @@ func testSendfileThroughIdleTimeoutWriter(t *testing.T, minRate int64) {
 // LimitedReader of anything but a file. (Whether a body is a complete
 // file of its length is the store's: store.TestBodyWriteTo.)
 func TestSendfileSourceShapes(t *testing.T) {
-	f, err := os.CreateTemp(t.TempDir(), "seg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(bytes.Repeat([]byte("x"), 100))
-	f.Seek(10, io.SeekStart)
+	f := segFile(t, 100, 'x', 10)
 	lr := &io.LimitedReader{R: f, N: 90}
 	source := func(w io.Writer, lr *io.LimitedReader) io.Reader {
 		src, done := sendfileSource(w, lr)
@@ -216,13 +210,7 @@ func TestSendfileSourceShapes(t *testing.T) {
 // A file shorter than the range (changed behind the tier's back) ends
 // in an error, never a clean short answer.
 func TestFileRangeShortFile(t *testing.T) {
-	f, err := os.CreateTemp(t.TempDir(), "seg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(make([]byte, 100))
-	f.Seek(0, io.SeekStart)
+	f := segFile(t, 100, 0, 0)
 	fr := newFileRange(f, 100, 64<<10)
 	if fr == nil {
 		t.Fatal("no fileRange")
@@ -242,12 +230,7 @@ func TestFileRangeShortFile(t *testing.T) {
 // writer for its duration, with the writer's chunk put back after; with a
 // minimum rate or on HTTP/2 the writer's chunks are kept.
 func TestSendfileSourceWholeRange(t *testing.T) {
-	f, err := os.CreateTemp(t.TempDir(), "seg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(make([]byte, 1<<20))
+	f := segFile(t, 1<<20, 0, -1)
 	newIW := func(d caddyhttp.IdleDeadline, h2 bool) *caddyhttp.IdleTimeoutWriter {
 		rec := httptest.NewRecorder()
 		return &caddyhttp.IdleTimeoutWriter{
@@ -298,13 +281,7 @@ func TestSendfileSourceWholeRange(t *testing.T) {
 // hard deadline) only when the offset moved since the last check, and
 // never after stop.
 func TestProgressDeadlineCheck(t *testing.T) {
-	f, err := os.CreateTemp(t.TempDir(), "seg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	f.Write(make([]byte, 1000))
-	f.Seek(100, io.SeekStart)
+	f := segFile(t, 1000, 0, 100)
 	var sets []time.Time
 	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -475,4 +452,24 @@ func TestSendfileSlowReaderKept(t *testing.T) {
 		t.Fatalf("the answer took %v, under 3 idle timeouts (%v): it proves nothing", took, timeout)
 	}
 	t.Logf("slow reader: %d bytes in %v (idle timeout %v)", len(got), took, timeout)
+}
+
+// segFile is a temporary file of n bytes of fill, its offset at pos (or
+// at its end when pos is -1), closed when the test ends.
+func segFile(t *testing.T, n int, fill byte, pos int64) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "seg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if _, err := f.Write(bytes.Repeat([]byte{fill}, n)); err != nil {
+		t.Fatal(err)
+	}
+	if pos >= 0 {
+		if _, err := f.Seek(pos, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
 }
