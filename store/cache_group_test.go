@@ -80,18 +80,6 @@ func (g *groupStore) Open(context.Context, string, int64, int64) (io.ReadCloser,
 }
 func (g *groupStore) Close() error { return nil }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *fakeClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 func version(t *testing.T, c *Cached, id string) int64 {
 	t.Helper()
 	rec, err := c.Lookup(context.Background(), id)
@@ -109,8 +97,8 @@ func version(t *testing.T, c *Cached, id string) int64 {
 func TestCacheGroupRefreshNeverOlderThanTTL(t *testing.T) {
 	const ttl = 2 * time.Second
 	g := newGroupStore("a", "b", "c", "d")
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	c := NewCached(g, CacheOptions{RecordTTL: ttl, MaxRecords: 100, Now: clk.now})
+	clk := NewTestClock(time.Unix(1000, 0))
+	c := NewCached(g, CacheOptions{RecordTTL: ttl, MaxRecords: 100, Now: clk.Now})
 	defer c.Stop()
 
 	for _, id := range []string{"a", "b", "d"} { // read, then served by a hit
@@ -120,8 +108,8 @@ func TestCacheGroupRefreshNeverOlderThanTTL(t *testing.T) {
 	version(t, c, "c") // read, never served
 	g.set("b", 2)
 
-	clk.add(ttl + time.Millisecond)
-	t1 := clk.now()
+	clk.Add(ttl + time.Millisecond)
+	t1 := clk.Now()
 	if v := version(t, c, "a"); v != 1 {
 		t.Fatalf("a: version %d", v)
 	}
@@ -143,13 +131,13 @@ func TestCacheGroupRefreshNeverOlderThanTTL(t *testing.T) {
 	if v := version(t, c, "b"); v != 2 {
 		t.Fatalf("b after the group read: version %d, want 2", v)
 	}
-	clk.add(ttl - time.Millisecond) // t1 + TTL - 1ms
+	clk.Add(ttl - time.Millisecond) // t1 + TTL - 1ms
 	if v := version(t, c, "b"); v != 2 || g.reads("b") != readsB {
 		t.Fatalf("b within TTL of its group read: version %d, store reads %d (was %d)", v, g.reads("b"), readsB)
 	}
 	g.set("b", 3)
-	clk.add(time.Millisecond) // t1 + TTL: expired
-	if !clk.now().Equal(t1.Add(ttl)) {
+	clk.Add(time.Millisecond) // t1 + TTL: expired
+	if !clk.Now().Equal(t1.Add(ttl)) {
 		t.Fatal("clock arithmetic")
 	}
 	if v := version(t, c, "b"); v != 3 || g.reads("b") != readsB+1 {
@@ -161,14 +149,14 @@ func TestCacheGroupRefreshNeverOlderThanTTL(t *testing.T) {
 	for _, id := range []string{"a", "d", "a", "d"} { // read again and served: d joins a's group below
 		version(t, c, id)
 	}
-	clk.add(ttl + time.Millisecond)
+	clk.Add(ttl + time.Millisecond)
 	g.mu.Lock()
 	g.stale["d"] = &Record{SegmentID: "d", ByteLength: 4, MediaType: MediaRows}
 	g.hook = func(id string) {
 		if id != "a" {
 			return
 		}
-		clk.add(time.Millisecond)
+		clk.Add(time.Millisecond)
 		if v := version(t, c, "d"); v != 5 { // d's own read, inside a's group read
 			t.Errorf("d's own read: version %d, want 5", v)
 		}
@@ -197,13 +185,13 @@ func TestCacheGroupOffWhenStoreSaysNone(t *testing.T) {
 	const ttl = time.Second
 	g := newGroupStore("a", "b")
 	g.size = 0
-	clk := &fakeClock{t: time.Unix(1000, 0)}
-	c := NewCached(g, CacheOptions{RecordTTL: ttl, MaxRecords: 100, Now: clk.now})
+	clk := NewTestClock(time.Unix(1000, 0))
+	c := NewCached(g, CacheOptions{RecordTTL: ttl, MaxRecords: 100, Now: clk.Now})
 	defer c.Stop()
 	for _, id := range []string{"a", "b", "a", "b"} {
 		version(t, c, id)
 	}
-	clk.add(ttl + time.Millisecond)
+	clk.Add(ttl + time.Millisecond)
 	version(t, c, "a")
 	version(t, c, "b")
 	if len(g.alsos) != 0 || g.reads("b") != 2 {

@@ -13,10 +13,7 @@ import (
 // i.e. to the time the SHARED lock is held.
 func BenchmarkSQLiteLookupGroup(b *testing.B) {
 	const n = 64
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = blobBytes(100+i, uint64(i))
-	}
+	segs := smallBlobs(n)
 	w, s, ids, _ := journalStore(b, "delete", segs...)
 	if err := w.Exec("CREATE TABLE other (n INTEGER)"); err != nil {
 		b.Fatal(err)

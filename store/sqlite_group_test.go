@@ -2,25 +2,12 @@ package store_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
 )
-
-type testClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *testClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *testClock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 const groupTTL = 2 * time.Second
 
@@ -30,13 +17,10 @@ const groupTTL = 2 * time.Second
 // the clock past the records' TTL.
 func groupSetup(t *testing.T, mode string, n int) (*seed.Writer, *store.SQLite, *store.Cached, []string) {
 	t.Helper()
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = blobBytes(100+i, uint64(i))
-	}
+	segs := smallBlobs(n)
 	w, s, ids, _ := journalStore(t, mode, segs...)
-	clk := &testClock{t: time.Unix(1000, 0)}
-	c := store.NewCached(s, store.CacheOptions{RecordTTL: groupTTL, MaxRecords: 100, Now: clk.now})
+	clk := store.NewTestClock(time.Unix(1000, 0))
+	c := store.NewCached(s, store.CacheOptions{RecordTTL: groupTTL, MaxRecords: 100, Now: clk.Now})
 	t.Cleanup(c.Stop)
 	for _, id := range ids {
 		for range 2 {
@@ -48,7 +32,7 @@ func groupSetup(t *testing.T, mode string, n int) (*seed.Writer, *store.SQLite, 
 	if err := w.Exec("CREATE TABLE other (n INTEGER)"); err != nil {
 		t.Fatal(err)
 	}
-	clk.add(groupTTL + time.Millisecond)
+	clk.Add(groupTTL + time.Millisecond)
 	return w, s, c, ids
 }
 

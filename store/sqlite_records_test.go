@@ -218,10 +218,7 @@ func TestSQLiteRecordUndecodableNotKept(t *testing.T) {
 // together: one read transaction for all of them, not one each.
 func TestSQLiteRecordLookupsBatch(t *testing.T) {
 	const n = 8
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = blobBytes(100+i, uint64(i))
-	}
+	segs := smallBlobs(n)
 	w, s, ids, _ := journalStore(t, "delete", segs...)
 	db, err := sql.Open("sqlite", "file:"+w.Path())
 	if err != nil {
@@ -260,4 +257,13 @@ func TestSQLiteRecordLookupsBatch(t *testing.T) {
 		t.Fatalf("%d concurrent lookups: %+v, want all %d in at most 2 read transactions", n, st, n)
 	}
 	t.Logf("%+v", st)
+}
+
+// smallBlobs is n distinct segments of 100, 101, ... bytes.
+func smallBlobs(n int) [][]byte {
+	segs := make([][]byte, n)
+	for i := range segs {
+		segs[i] = blobBytes(100+i, uint64(i))
+	}
+	return segs
 }
