@@ -54,7 +54,8 @@ import (
 // that the next transaction would find unchanged, so it is not used
 // again as it is: its page cache is dropped (PRAGMA shrink_memory), and
 // when the schema may have been loaded during that read (no read on the
-// connection verified yet, or the schema cookie moved) the connection is
+// connection verified yet, the schema cookie moved, or could not be read
+// once the writer was done) the connection is
 // set aside unused. It is never closed before the handle is: closing a
 // descriptor drops every POSIX lock this process holds on the file,
 // other connections' SHARED locks included. Past maxSetAside such
@@ -204,7 +205,7 @@ func (l *lockFreeRecords) distrust(ctx context.Context, before, after fileMark, 
 	if l.conn == nil {
 		return
 	}
-	schemaMoved := !slow && (!l.verified || before.cookie() != l.cookie || (afterOK && after.cookie() != before.cookie()))
+	schemaMoved := !slow && (!l.verified || before.cookie() != l.cookie || !afterOK || after.cookie() != before.cookie())
 	if !schemaMoved {
 		if _, err := l.conn.ExecContext(ctx, "PRAGMA shrink_memory"); err == nil {
 			return
@@ -285,6 +286,13 @@ func (h *sqliteHandle) readBatchLockFree(ctx context.Context, f shapeFlags, call
 	after, afterOK := r.markAfter()
 	if rerr != nil || !afterOK || after != before {
 		r.stats.rrLockFreeMissed.Add(1)
+		if !afterOK {
+			// A writer was still at work: its schema cookie, which says
+			// whether the schema may have loaded mid-change, is known
+			// only once it is done.
+			h.settle(ctx)
+			after, afterOK = r.markAfter()
+		}
 		l.distrust(ctx, before, after, afterOK, false)
 		return vers, nil, errRecordsNotLockFree
 	}
@@ -311,10 +319,7 @@ func (h *sqliteHandle) readLockFree(ctx context.Context, f shapeFlags, calls []*
 	}
 	for attempt := range lockFreeRecordAttempts {
 		if attempt > 0 || r.journalLive() {
-			h.awaitWriter(ctx)
-			for d := 50 * time.Microsecond; r.journalLive() && d < 20*time.Millisecond; d *= 2 {
-				time.Sleep(d)
-			}
+			h.settle(ctx)
 		}
 		if ctx.Err() != nil || r.lockFree.off {
 			return false
@@ -334,4 +339,13 @@ func (h *sqliteHandle) readLockFree(ctx context.Context, f shapeFlags, calls []*
 		return true
 	}
 	return false
+}
+
+// settle waits for the writer's transaction in progress to end: its lock
+// (awaitWriter) and then its journal, at most about 20 ms for the latter.
+func (h *sqliteHandle) settle(ctx context.Context) {
+	h.awaitWriter(ctx)
+	for d := 50 * time.Microsecond; h.records.journalLive() && d < 20*time.Millisecond; d *= 2 {
+		time.Sleep(d)
+	}
 }

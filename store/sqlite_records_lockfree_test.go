@@ -167,3 +167,54 @@ func TestSQLiteRecordLockFreeSlowReadIsReadAgain(t *testing.T) {
 		t.Errorf("set aside %d (off %v), want none", n, off)
 	}
 }
+
+// A schema change whose writer still holds its lock when the read ends
+// is seen once the writer is done: the connection, which may have loaded
+// the schema mid-change, is set aside.
+func TestSQLiteRecordLockFreeSchemaChangeInProgressSetsAside(t *testing.T) {
+	s, writer, id := lockFreeStore(t)
+	lookupExpiry(t, s, id) // a verified read: the first connection is trusted
+	aside0, _ := store.LockFreeRecordsAsideForTest(s)
+	if err := setExpiry(writer, id, int64(777)); err != nil { // past the snapshot
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	conn, err := writer.Conn(ctx) // the writer's one connection, from here on
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	calls := 0
+	var werr error
+	done := make(chan struct{})
+	restore := store.SetLockFreeRecordsHook(func() {
+		if calls++; calls != 1 {
+			return
+		}
+		// The writer begins a schema change during the read and commits
+		// it a moment after the read has ended.
+		for _, q := range []string{"BEGIN IMMEDIATE", "CREATE TABLE mid (x INTEGER)"} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
+				werr = err
+				close(done)
+				return
+			}
+		}
+		go func() {
+			defer close(done)
+			time.Sleep(5 * time.Millisecond)
+			_, werr = conn.ExecContext(ctx, "COMMIT")
+		}()
+	})
+	defer restore()
+	if got := lookupExpiry(t, s, id); got != 777 {
+		t.Errorf("expiry %d, want 777", got)
+	}
+	<-done
+	if werr != nil {
+		t.Fatalf("writer: %v", werr)
+	}
+	if n, _ := store.LockFreeRecordsAsideForTest(s); n != aside0+1 {
+		t.Errorf("set aside %d, want %d: a schema change in progress at the read's end was not seen", n, aside0+1)
+	}
+}
