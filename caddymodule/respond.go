@@ -357,7 +357,10 @@ func (h *Handler) compressing() bool { return len(h.codings) > 0 && h.variants !
 func sendFile(w io.Writer, lr *io.LimitedReader) (int64, error) {
 	src, done := sendfileSource(w, lr)
 	defer done()
-	return io.Copy(w, src) // not CopyN: its LimitedReader would hide the file
+	// w's ReadFrom, not io.Copy: a rawRange is an io.WriterTo that must
+	// reach the connection (not be asked to write itself to w), and not
+	// CopyN: its LimitedReader would hide the file.
+	return readFrom(w, src)
 }
 
 // setGrantHeaders sets the headers of every successful answer: the ETag

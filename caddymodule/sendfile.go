@@ -225,8 +225,20 @@ func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
 		prev := iw.MaxChunk
 		iw.MaxChunk = int(lr.N)
 		pd := startProgressDeadline(f, fr.pos, iw.Deadline.Timeout, iw.Deadline.HardDeadline, iw.Ctrl.SetWriteDeadline, time.Now)
-		return fr, func() {
+		if !rawSendfileOK || iw.ResponseWriterWrapper == nil {
+			return fr, func() {
+				pd.stop()
+				iw.MaxChunk = prev
+			}
+		}
+		// Raw sendfile(2) calls (sendfile_raw_linux.go): below the idle
+		// timeout writer, the source reaches the connection bare.
+		src := rawRange{fr}
+		inner := iw.ResponseWriterWrapper
+		iw.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: &rangeUnlimiter{ResponseWriter: inner, src: src}}
+		return src, func() {
 			pd.stop()
+			iw.ResponseWriterWrapper = inner
 			iw.MaxChunk = prev
 		}
 	}
@@ -312,3 +324,54 @@ var (
 	_ syscall.Conn    = (*fileRange)(nil)
 	_ syscall.RawConn = (*rangeConn)(nil)
 )
+
+// copyBufs are the buffers of copyPooled.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// copyPooled writes the rest of r to dst through one pooled buffer: a
+// rawRange's way when dst is not a socket (TLS, a wrapped connection).
+func copyPooled(dst io.Writer, r *fileRange) (int64, error) {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	return io.CopyBuffer(writerOnly{dst}, readerOnly{r}, *bp)
+}
+
+// readerOnly and writerOnly hide every method but Read and Write, so that
+// io.CopyBuffer uses the buffer it is given.
+type (
+	readerOnly struct{ io.Reader }
+	writerOnly struct{ io.Writer }
+)
+
+// rangeUnlimiter stands below an idle timeout writer for one whole-range
+// answer. The writer hands its ReadFrom sources on as
+// io.LimitReader(src, chunk); for the answer's own rawRange (the chunk
+// being the whole range) it passes the rawRange on bare, so that the
+// connection's ReadFrom offers the socket to rawRange.WriteTo, and
+// accounts what was sent in the writer's LimitedReader. The byte counts
+// above and below are the same as for any ReadFrom.
+type rangeUnlimiter struct {
+	http.ResponseWriter // the idle timeout writer's own inner writer
+	src                 rawRange
+}
+
+func (u *rangeUnlimiter) ReadFrom(r io.Reader) (int64, error) {
+	lr, ok := r.(*io.LimitedReader)
+	if !ok || lr.R != io.Reader(u.src) || lr.N < u.src.r.end-u.src.r.pos {
+		return readFrom(u.ResponseWriter, r)
+	}
+	n, err := readFrom(u.ResponseWriter, u.src)
+	lr.N -= n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the writers below.
+func (u *rangeUnlimiter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// readFrom is w.ReadFrom when w has one, else io.Copy.
+func readFrom(w io.Writer, r io.Reader) (int64, error) {
+	if rf, ok := w.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(w, r)
+}

@@ -64,10 +64,10 @@ func newSendfileServer(t *testing.T, path string, chunk int, minRate int64) *sen
 		outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
 		outer.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 		outer.WriteHeader(http.StatusOK)
-		src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: n}) // as the body writer does
+		src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: n}) // as sendFile does
 		defer done()
-		fr, _ := src.(*fileRange)
-		k, err := io.Copy(outer, src)
+		fr := rangeOf(src)
+		k, err := readFrom(outer, src)
 		if err == nil && k != n {
 			err = fmt.Errorf("copied %d of %d bytes", k, n)
 		}
@@ -166,6 +166,18 @@ func testSendfileThroughIdleTimeoutWriter(t *testing.T, minRate int64) {
 	}
 }
 
+// rangeOf is the fileRange behind a source of sendfileSource; nil when
+// there is none.
+func rangeOf(src io.Reader) *fileRange {
+	switch s := src.(type) {
+	case *fileRange:
+		return s
+	case rawRange:
+		return s.r
+	}
+	return nil
+}
+
 // Without an idle timeout writer the disk tier's LimitedReader goes to
 // the connection as it is (the shape net's sendfile takes); so does a
 // LimitedReader of anything but a file. (Whether a body is a complete
@@ -257,9 +269,12 @@ func TestSendfileSourceWholeRange(t *testing.T) {
 			f.Seek(1000, io.SeekStart)
 			outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: tc.iw}
 			src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: 500_000})
-			fr, ok := src.(*fileRange)
-			if !ok {
+			fr := rangeOf(src)
+			if fr == nil {
 				t.Fatalf("%T, want a fileRange", src)
+			}
+			if _, raw := src.(rawRange); raw != (tc.whole && rawSendfileOK) {
+				t.Fatalf("%T: a rawRange is the source of a whole-range answer (on Linux) only", src)
 			}
 			during := tc.iw.MaxChunk
 			done()
