@@ -445,8 +445,43 @@ type fillWriter struct {
 	file    *os.File
 	h       segid.Hasher
 	n       int64
+	pre     int64 // the file's bytes up to here exist (zeros past n): prefill
 	long    bool
 	diskErr error
+}
+
+// Large page cache pages for what sendfile(2) sends.
+//
+// A fill writes what its source hands it: an S3 body or a blob copy
+// arrives in writes of 32 KiB or less, and the kernel builds a file's page
+// cache in pages (folios) no larger than the write that created them.
+// Sending a file cached in 32 KiB folios costs more than one cached in
+// large ones: each packet refers to more, smaller pages. Measured on this
+// kind of machine with nginx itself (sendfile on, 200 clients, a 64 MiB
+// file, alternated rounds): 1.15-1.25x the server CPU per answer for a
+// file written in 32 KiB writes against one written in 256 KiB or larger
+// writes (or in one, which makes 2 MiB folios on ext4). So a fill writes
+// zeros ahead of its data, one aligned prefillChunk at a time, and the
+// data overwrites them in the pages those writes made: 2 MiB folios, as
+// a file written in one piece gets. It costs one more memory copy per byte, once
+// per fill; the readers, who read only what the fill published (written),
+// never see the zeros, and the file is exactly the segment's size when the
+// data is all there.
+const prefillChunk = 2 << 20
+
+var zeros [prefillChunk]byte
+
+// prefill makes the file's bytes exist up to the prefillChunk boundary at
+// or past end (at most the segment's size) by writing zeros past w.pre.
+func (w *fillWriter) prefill(end int64) error {
+	for w.pre < end && w.pre < w.f.size {
+		k := min(prefillChunk-w.pre%prefillChunk, w.f.size-w.pre)
+		if _, err := w.file.WriteAt(zeros[:k], w.pre); err != nil {
+			return err
+		}
+		w.pre += k
+	}
+	return nil
 }
 
 var errLong = errors.New("disk cache: more bytes than the record's length")
@@ -463,6 +498,9 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 	var err error
 	if w.c.hooks.write != nil {
 		err = w.c.hooks.write(p)
+	}
+	if err == nil {
+		err = w.prefill(w.n + int64(len(p)))
 	}
 	if err == nil {
 		n, err = w.file.Write(p)
