@@ -324,7 +324,7 @@ func (c *Cache) run(f *fill, src Source) {
 	f.path = tmp
 	f.mu.Unlock()
 
-	w := &fillWriter{c: c, f: f, file: tf}
+	w := &fillWriter{c: c, f: f, file: tf, pf: prefiller{file: tf, limit: f.size}}
 	err = src(ctx, w)
 	switch {
 	case w.diskErr != nil: // the source may report our own write error
@@ -445,7 +445,7 @@ type fillWriter struct {
 	file    *os.File
 	h       segid.Hasher
 	n       int64
-	pre     int64 // the file's bytes up to here exist (zeros past n): prefill
+	pf      prefiller
 	long    bool
 	diskErr error
 }
@@ -471,17 +471,41 @@ const prefillChunk = 2 << 20
 
 var zeros [prefillChunk]byte
 
-// prefill makes the file's bytes exist up to the prefillChunk boundary at
-// or past end (at most the segment's size) by writing zeros past w.pre.
-func (w *fillWriter) prefill(end int64) error {
-	for w.pre < end && w.pre < w.f.size {
-		k := min(prefillChunk-w.pre%prefillChunk, w.f.size-w.pre)
-		if _, err := w.file.WriteAt(zeros[:k], w.pre); err != nil {
+// prefiller writes zeros ahead of a file's data (see above).
+type prefiller struct {
+	file  *os.File
+	pre   int64 // the file's bytes up to here exist (zeros past the data)
+	limit int64 // never past this size
+}
+
+// ahead makes the file's bytes exist up to the prefillChunk boundary at
+// or past end (at most the limit).
+func (p *prefiller) ahead(end int64) error {
+	for p.pre < end && p.pre < p.limit {
+		k := min(prefillChunk-p.pre%prefillChunk, p.limit-p.pre)
+		if _, err := p.file.WriteAt(zeros[:k], p.pre); err != nil {
 			return err
 		}
-		w.pre += k
+		p.pre += k
 	}
 	return nil
+}
+
+// prefillWriter appends to a file whose final size is not known (a
+// variant), prefilled up to a limit; the file is to be truncated to n
+// when the writes are done.
+type prefillWriter struct {
+	pf prefiller
+	n  int64
+}
+
+func (w *prefillWriter) Write(p []byte) (int, error) {
+	if err := w.pf.ahead(w.n + int64(len(p))); err != nil {
+		return 0, err
+	}
+	n, err := w.pf.file.Write(p)
+	w.n += int64(n)
+	return n, err
 }
 
 var errLong = errors.New("disk cache: more bytes than the record's length")
@@ -500,7 +524,7 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 		err = w.c.hooks.write(p)
 	}
 	if err == nil {
-		err = w.prefill(w.n + int64(len(p)))
+		err = w.pf.ahead(w.n + int64(len(p)))
 	}
 	if err == nil {
 		n, err = w.file.Write(p)

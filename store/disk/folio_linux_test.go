@@ -3,7 +3,10 @@
 package disk_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/binary"
 	"io"
 	"os"
@@ -12,6 +15,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -114,4 +118,51 @@ func TestFillLeavesLargeFolios(t *testing.T) {
 		t.Fatalf("the filled file is in %d folios (sizes in pages, first: %v), the control in %d", len(folios), folios[:min(len(folios), 8)], len(cf))
 	}
 	t.Logf("fill: %d folios, control: %d", len(folios), len(cf))
+}
+
+// A variant built after its segment's fill is in large folios too, and
+// exactly its encoded size (the zeros ahead of it are cut).
+func TestVariantLeavesLargeFolios(t *testing.T) {
+	dir := t.TempDir()
+	// Hex text of random bytes: zstd halves it, so the variant is
+	// megabytes.
+	raw := newSegment(4<<20, 13).b
+	s := segmentOf([]byte(hex.EncodeToString(raw)))
+	c := newCache(t, disk.Options{Dir: filepath.Join(dir, "cache")})
+	fillNow(t, c, s)
+	h, st := waitVariant(t, c, s, compress.Zstd)
+	if st != disk.VariantReady {
+		t.Fatalf("state %d, want ready", st)
+	}
+	got, _ := readRange(t, h, 0, -1)
+	if !bytes.Equal(decode(t, compress.Zstd, got), s.b) {
+		t.Fatal("the variant does not decode to the segment")
+	}
+	path := disk.PathForTest(c, s.key+"+zstd")
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != int64(len(got)) {
+		t.Fatalf("variant file %v (%v), want %d bytes", fi, err, len(got))
+	}
+	control := filepath.Join(dir, "control")
+	if err := os.WriteFile(control, got, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cf, ok := folioPages(t, control)
+	if !ok || len(cf) > 8 {
+		t.Skip("no large folios to compare with here (or frame numbers not readable)")
+	}
+	folios, ok := folioPages(t, path)
+	if !ok {
+		t.Fatal("frame numbers readable for the control but not for the variant")
+	}
+	if len(folios) > 2*len(cf)+2 {
+		t.Fatalf("the %d-byte variant is in %d folios (first sizes in pages: %v), the control in %d", len(got), len(folios), folios[:min(len(folios), 8)], len(cf))
+	}
+	t.Logf("variant of %d bytes: %d folios, control: %d", len(got), len(folios), len(cf))
+}
+
+func segmentOf(b []byte) segment {
+	sum := sha256.Sum256(b)
+	key := hex.EncodeToString(sum[:])
+	return segment{b: b, id: "sha256:" + key, key: key}
 }

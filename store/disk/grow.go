@@ -136,7 +136,7 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 		src, err = ih.Reader(ctx, 0, -1)
 	}
 	var written int64
-	w := &growWriter{c: c, vf: vf, file: tf, limit: reserve}
+	w := &growWriter{c: c, vf: vf, file: tf, limit: reserve, pf: prefiller{file: tf, limit: reserve}}
 	if err == nil {
 		written, err = compress.EncodeStorm(vf.coding, w, src, w.flushed)
 		if w.err != nil {
@@ -144,6 +144,11 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 		}
 		if err == nil && !w.started() { // shorter than one flush
 			err = w.flushed(size, written)
+		}
+	}
+	if err == nil { // the zeros past the encoded bytes go
+		if terr := tf.Truncate(w.n); terr != nil {
+			err = unavailable(terr)
 		}
 	}
 	if cerr := tf.Close(); cerr != nil && err == nil {
@@ -301,6 +306,7 @@ type growWriter struct {
 	file  *os.File
 	n     int64
 	limit int64
+	pf    prefiller
 	err   error
 }
 
@@ -315,7 +321,11 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	if h := w.c.hooks.grow; h != nil {
 		p = h(p)
 	}
-	n, err := w.file.Write(p)
+	err := w.pf.ahead(w.n + int64(len(p))) // large page cache pages (fill.go)
+	var n int
+	if err == nil {
+		n, err = w.file.Write(p)
+	}
 	w.n += int64(n)
 	// The bytes are published at flush points (flushed), not per write:
 	// one wake of every follower per flush of the encoder, and

@@ -329,7 +329,15 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 		return 0, "", unavailable(err)
 	}
 	tmp := tf.Name()
-	written, err := compress.EncodeBounded(coding, tf, compress.ContextReader(ctx, src), size)
+	// Prefilled for large page cache pages (fill.go), then cut to the
+	// encoded size.
+	pw := &prefillWriter{pf: prefiller{file: tf, limit: size}}
+	written, err := compress.EncodeBounded(coding, pw, compress.ContextReader(ctx, src), size)
+	if err == nil {
+		if terr := tf.Truncate(pw.n); terr != nil {
+			err = unavailable(terr)
+		}
+	}
 	if err == nil && c.hooks.variant != nil {
 		err = c.hooks.variant(tf)
 	}
