@@ -36,6 +36,11 @@ func newSegment(n int, seed uint64) segment {
 	for i := range b {
 		b[i] = byte(r.Uint32())
 	}
+	return segmentOf(b)
+}
+
+// segmentOf is b with its id.
+func segmentOf(b []byte) segment {
 	sum := sha256.Sum256(b)
 	key := hex.EncodeToString(sum[:])
 	return segment{b: b, id: "sha256:" + key, key: key}

@@ -3,9 +3,7 @@
 package disk_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"io"
@@ -129,15 +127,7 @@ func TestVariantLeavesLargeFolios(t *testing.T) {
 	raw := newSegment(4<<20, 13).b
 	s := segmentOf([]byte(hex.EncodeToString(raw)))
 	c := newCache(t, disk.Options{Dir: filepath.Join(dir, "cache")})
-	fillNow(t, c, s)
-	h, st := waitVariant(t, c, s, compress.Zstd)
-	if st != disk.VariantReady {
-		t.Fatalf("state %d, want ready", st)
-	}
-	got, _ := readRange(t, h, 0, -1)
-	if !bytes.Equal(decode(t, compress.Zstd, got), s.b) {
-		t.Fatal("the variant does not decode to the segment")
-	}
+	got := readyVariant(t, c, s, compress.Zstd)
 	path := disk.PathForTest(c, s.key+"+zstd")
 	fi, err := os.Stat(path)
 	if err != nil || fi.Size() != int64(len(got)) {
@@ -159,10 +149,4 @@ func TestVariantLeavesLargeFolios(t *testing.T) {
 		t.Fatalf("the %d-byte variant is in %d folios (first sizes in pages: %v), the control in %d", len(got), len(folios), folios[:min(len(folios), 8)], len(cf))
 	}
 	t.Logf("variant of %d bytes: %d folios, control: %d", len(got), len(folios), len(cf))
-}
-
-func segmentOf(b []byte) segment {
-	sum := sha256.Sum256(b)
-	key := hex.EncodeToString(sum[:])
-	return segment{b: b, id: "sha256:" + key, key: key}
 }

@@ -2,8 +2,6 @@ package disk_test
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -24,9 +22,7 @@ func compressible(n int, seed int) segment {
 	for i := 0; b.Len() < n; i++ {
 		fmt.Fprintf(&b, "row %d seed %d: the quick brown fox %d\n", i, seed, i*7%13)
 	}
-	sum := sha256.Sum256(b.Bytes()[:n])
-	key := hex.EncodeToString(sum[:])
-	return segment{b: b.Bytes()[:n], id: "sha256:" + key, key: key}
+	return segmentOf(b.Bytes()[:n])
 }
 
 func decode(t *testing.T, c compress.Coding, b []byte) []byte {
@@ -52,6 +48,22 @@ func decode(t *testing.T, c compress.Coding, b []byte) []byte {
 		t.Fatalf("decode %s: %v", c, err)
 	}
 	return out
+}
+
+// readyVariant fills s, waits for its coding variant to be ready and
+// returns its bytes, checked to decode to the segment.
+func readyVariant(t *testing.T, c *disk.Cache, s segment, coding compress.Coding) []byte {
+	t.Helper()
+	fillNow(t, c, s)
+	h, st := waitVariant(t, c, s, coding)
+	if st != disk.VariantReady {
+		t.Fatalf("%s variant: state %d, want ready", coding, st)
+	}
+	got, _ := readRange(t, h, 0, -1)
+	if !bytes.Equal(decode(t, coding, got), s.b) {
+		t.Fatalf("%s variant does not decode to the segment", coding)
+	}
+	return got
 }
 
 // waitVariant polls Variant until it is no longer building (bounded).
@@ -136,15 +148,7 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 func TestVariantZstd(t *testing.T) {
 	s := compressible(400_000, 2)
 	c := newCache(t, disk.Options{})
-	fillNow(t, c, s)
-	h, st := waitVariant(t, c, s, compress.Zstd)
-	if st != disk.VariantReady {
-		t.Fatalf("state %d, want ready", st)
-	}
-	got, _ := readRange(t, h, 0, -1)
-	if !bytes.Equal(decode(t, compress.Zstd, got), s.b) {
-		t.Fatal("zstd variant does not decode to the segment")
-	}
+	readyVariant(t, c, s, compress.Zstd)
 	if !exists(disk.PathForTest(c, s.key+"+zstd")) {
 		t.Fatal("variant file not at <hex>+zstd")
 	}
