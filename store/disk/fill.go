@@ -479,16 +479,19 @@ type prefiller struct {
 }
 
 // ahead makes the file's bytes exist up to the prefillChunk boundary at
-// or past end (at most the limit).
-func (p *prefiller) ahead(end int64) error {
+// or past end (at most the limit). It is best effort: a write that fails
+// (a disk with less room than the step) ends the prefill for this file,
+// and the data's own writes meet the failure, if any, where they would
+// have without it (a fill hands its readers over once bytes are there).
+func (p *prefiller) ahead(end int64) {
 	for p.pre < end && p.pre < p.limit {
 		k := min(prefillChunk-p.pre%prefillChunk, p.limit-p.pre)
 		if _, err := p.file.WriteAt(zeros[:k], p.pre); err != nil {
-			return err
+			p.limit = p.pre
+			return
 		}
 		p.pre += k
 	}
-	return nil
 }
 
 // prefillWriter appends to a file whose final size is not known (a
@@ -500,9 +503,7 @@ type prefillWriter struct {
 }
 
 func (w *prefillWriter) Write(p []byte) (int, error) {
-	if err := w.pf.ahead(w.n + int64(len(p))); err != nil {
-		return 0, err
-	}
+	w.pf.ahead(w.n + int64(len(p)))
 	n, err := w.pf.file.Write(p)
 	w.n += int64(n)
 	return n, err
@@ -524,9 +525,7 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 		err = w.c.hooks.write(p)
 	}
 	if err == nil {
-		err = w.pf.ahead(w.n + int64(len(p)))
-	}
-	if err == nil {
+		w.pf.ahead(w.n + int64(len(p)))
 		n, err = w.file.Write(p)
 	}
 	w.h.Write(p[:n])

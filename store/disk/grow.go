@@ -321,11 +321,8 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	if h := w.c.hooks.grow; h != nil {
 		p = h(p)
 	}
-	err := w.pf.ahead(w.n + int64(len(p))) // large page cache pages (fill.go)
-	var n int
-	if err == nil {
-		n, err = w.file.Write(p)
-	}
+	w.pf.ahead(w.n + int64(len(p))) // large page cache pages (fill.go)
+	n, err := w.file.Write(p)
 	w.n += int64(n)
 	// The bytes are published at flush points (flushed), not per write:
 	// one wake of every follower per flush of the encoder, and
