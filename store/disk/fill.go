@@ -324,7 +324,7 @@ func (c *Cache) run(f *fill, src Source) {
 	f.path = tmp
 	f.mu.Unlock()
 
-	w := &fillWriter{c: c, f: f, file: tf, pf: prefiller{file: tf, limit: f.size}}
+	w := &fillWriter{c: c, f: f, prefillWriter: newPrefillWriter(tf, f.size)}
 	err = src(ctx, w)
 	switch {
 	case w.diskErr != nil: // the source may report our own write error
@@ -440,14 +440,12 @@ func (c *Cache) fail(f *fill, err error, disk bool, rp *resumePoint) {
 // fillWriter is the Source's writer: it refuses bytes past the size,
 // hashes what it writes and wakes the readers.
 type fillWriter struct {
-	c       *Cache
-	f       *fill
-	file    *os.File
-	h       segid.Hasher
-	n       int64
-	pf      prefiller
-	long    bool
-	diskErr error
+	c             *Cache
+	f             *fill
+	prefillWriter // the fill's file, and n: the bytes written
+	h             segid.Hasher
+	long          bool
+	diskErr       error
 }
 
 // Large page cache pages for what sendfile(2) sends.
@@ -463,10 +461,10 @@ type fillWriter struct {
 // writes (or in one, which makes 2 MiB folios on ext4). So a fill writes
 // zeros ahead of its data, one aligned prefillChunk at a time, and the
 // data overwrites them in the pages those writes made: 2 MiB folios, as
-// a file written in one piece gets. It costs one more memory copy per byte, once
-// per fill; the readers, who read only what the fill published (written),
-// never see the zeros, and the file is exactly the segment's size when the
-// data is all there.
+// a file written in one piece gets. It costs one more memory copy per
+// byte, once per fill; the readers, who read only what the fill published
+// (written), never see the zeros, and the file is exactly the segment's
+// size when the data is all there.
 const prefillChunk = 2 << 20
 
 var zeros [prefillChunk]byte
@@ -494,12 +492,17 @@ func (p *prefiller) ahead(end int64) {
 	}
 }
 
-// prefillWriter appends to a file whose final size is not known (a
-// variant), prefilled up to a limit; the file is to be truncated to n
-// when the writes are done.
+// prefillWriter appends to a file, prefilled up to a limit: the
+// segment's size for a fill, or for a variant, whose size is not known
+// beforehand, a bound, the file to be truncated to n when the writes
+// are done.
 type prefillWriter struct {
 	pf prefiller
-	n  int64
+	n  int64 // bytes written
+}
+
+func newPrefillWriter(f *os.File, limit int64) prefillWriter {
+	return prefillWriter{pf: prefiller{file: f, limit: limit}}
 }
 
 func (w *prefillWriter) Write(p []byte) (int, error) {
@@ -525,11 +528,9 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 		err = w.c.hooks.write(p)
 	}
 	if err == nil {
-		w.pf.ahead(w.n + int64(len(p)))
-		n, err = w.file.Write(p)
+		n, err = w.prefillWriter.Write(p)
 	}
 	w.h.Write(p[:n])
-	w.n += int64(n)
 	if n > 0 {
 		w.f.mu.Lock()
 		w.f.written = w.n

@@ -136,7 +136,7 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 		src, err = ih.Reader(ctx, 0, -1)
 	}
 	var written int64
-	w := &growWriter{c: c, vf: vf, file: tf, limit: reserve, pf: prefiller{file: tf, limit: reserve}}
+	w := &growWriter{c: c, vf: vf, limit: reserve, prefillWriter: newPrefillWriter(tf, reserve)}
 	if err == nil {
 		written, err = compress.EncodeStorm(vf.coding, w, src, w.flushed)
 		if w.err != nil {
@@ -301,13 +301,11 @@ func (c *Cache) followGrow(vf *vfill) (*Handle, VariantState, bool) {
 // growWriter is the encoder's writer: it appends to the variant file and
 // wakes its readers.
 type growWriter struct {
-	c     *Cache
-	vf    *vfill
-	file  *os.File
-	n     int64
-	limit int64
-	pf    prefiller
-	err   error
+	c             *Cache
+	vf            *vfill
+	prefillWriter // the variant's file, and n: the bytes written
+	limit         int64
+	err           error
 }
 
 func (w *growWriter) Write(p []byte) (int, error) {
@@ -321,9 +319,7 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	if h := w.c.hooks.grow; h != nil {
 		p = h(p)
 	}
-	w.pf.ahead(w.n + int64(len(p))) // large page cache pages (fill.go)
-	n, err := w.file.Write(p)
-	w.n += int64(n)
+	n, err := w.prefillWriter.Write(p) // large page cache pages (fill.go)
 	// The bytes are published at flush points (flushed), not per write:
 	// one wake of every follower per flush of the encoder, and
 	// each reads what a flush completed.

@@ -331,8 +331,8 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 	tmp := tf.Name()
 	// Prefilled for large page cache pages (fill.go), then cut to the
 	// encoded size.
-	pw := &prefillWriter{pf: prefiller{file: tf, limit: size}}
-	written, err := compress.EncodeBounded(coding, pw, compress.ContextReader(ctx, src), size)
+	pw := newPrefillWriter(tf, size)
+	written, err := compress.EncodeBounded(coding, &pw, compress.ContextReader(ctx, src), size)
 	if err == nil {
 		if terr := tf.Truncate(pw.n); terr != nil {
 			err = unavailable(terr)
