@@ -325,23 +325,13 @@ var (
 	_ syscall.RawConn = (*rangeConn)(nil)
 )
 
-// copyBufs are the buffers of copyPooled.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-// copyPooled writes the rest of r to dst through one pooled buffer: a
+// copyRest writes the rest of r to dst with read and write calls: a
 // rawRange's way when dst is not a socket (TLS, a wrapped connection).
-func copyPooled(dst io.Writer, r *fileRange) (int64, error) {
-	bp := copyBufs.Get().(*[]byte)
-	defer copyBufs.Put(bp)
-	return io.CopyBuffer(writerOnly{dst}, readerOnly{r}, *bp)
+// The range is hidden behind a plain Reader, so nothing below offers its
+// descriptor to another sendfile path.
+func copyRest(dst io.Writer, r *fileRange) (int64, error) {
+	return io.Copy(dst, struct{ io.Reader }{r})
 }
-
-// readerOnly and writerOnly hide every method but Read and Write, so that
-// io.CopyBuffer uses the buffer it is given.
-type (
-	readerOnly struct{ io.Reader }
-	writerOnly struct{ io.Writer }
-)
 
 // rangeUnlimiter stands below an idle timeout writer for one whole-range
 // answer. The writer hands its ReadFrom sources on as

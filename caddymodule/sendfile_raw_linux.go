@@ -51,7 +51,7 @@ type rawRange struct{ r *fileRange }
 func (s rawRange) Read(p []byte) (int, error) { return s.r.Read(p) }
 
 // WriteTo sends the rest of the range to dst: with raw sendfile(2) when
-// dst is a socket (syscall.Conn), else through a pooled buffer.
+// dst is a socket (syscall.Conn), else by copying.
 func (s rawRange) WriteTo(dst io.Writer) (int64, error) {
 	r := s.r
 	if r.err != nil {
@@ -59,15 +59,15 @@ func (s rawRange) WriteTo(dst io.Writer) (int64, error) {
 	}
 	sc, ok := dst.(syscall.Conn)
 	if !ok {
-		return copyPooled(dst, r)
+		return copyRest(dst, r)
 	}
 	conn, err := sc.SyscallConn()
 	if err != nil {
-		return copyPooled(dst, r)
+		return copyRest(dst, r)
 	}
 	file, err := r.f.SyscallConn()
 	if err != nil {
-		return copyPooled(dst, r)
+		return copyRest(dst, r)
 	}
 	var sent int64
 	var serr error

@@ -10,5 +10,5 @@ const rawSendfileOK = false
 
 type rawRange struct{ r *fileRange }
 
-func (s rawRange) Read(p []byte) (int, error)            { return s.r.Read(p) }
-func (s rawRange) WriteTo(dst io.Writer) (int64, error) { return copyPooled(dst, s.r) }
+func (s rawRange) Read(p []byte) (int, error)           { return s.r.Read(p) }
+func (s rawRange) WriteTo(dst io.Writer) (int64, error) { return copyRest(dst, s.r) }

@@ -488,3 +488,25 @@ func segFile(t *testing.T, n int, fill byte, pos int64) *os.File {
 	}
 	return f
 }
+
+// A rawRange given a writer that is no socket (TLS, a wrapped
+// connection) copies the rest of its range, no byte past its end, and
+// counts none of it as sent with sendfile.
+func TestRawRangeToNonSocketCopies(t *testing.T) {
+	f := segFile(t, 100_000, 'x', 10)
+	fr := newFileRange(f, 50_000, 50_000)
+	if fr == nil {
+		t.Fatal("no fileRange")
+	}
+	fr.whole = true
+	src := rawRange{fr}
+	head := make([]byte, 512) // what net/http reads first
+	if _, err := io.ReadFull(src, head); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	n, err := src.WriteTo(&buf)
+	if err != nil || n != 50_000-512 || buf.Len() != int(n) || fr.pos != 50_010 || fr.sent != 0 {
+		t.Fatalf("wrote %d (%v), buffer %d, offset %d, sent %d; want %d bytes copied, offset 50010", n, err, buf.Len(), fr.pos, fr.sent, 50_000-512)
+	}
+}
