@@ -51,7 +51,7 @@ func folioPages(t *testing.T, path string) (folios []int, ok bool) {
 		return nil, false
 	}
 	defer kflags.Close()
-	const head, tail = 1 << 15, 1 << 16 // KPF_COMPOUND_HEAD, KPF_COMPOUND_TAIL
+	const tail = 1 << 16 // KPF_COMPOUND_TAIL: a page inside a folio, not its first
 	base := uintptr(unsafe.Pointer(&m[0]))
 	var b [8]byte
 	for off := 0; off < len(m); off += 4096 {
