@@ -82,6 +82,7 @@ const (
 	maxAttempts = 8
 	copyBufSize = 256 << 10
 	tmpPrefix   = "fill-"
+	dropPrefix  = tmpPrefix + "drop-" // dropped files awaiting unlink (dropLocked)
 )
 
 // Errors. Get's errors that match ErrTooLarge, ErrNoRoom or ErrUnavailable
@@ -198,7 +199,8 @@ type Cache struct {
 	retry       time.Duration
 	now         func() time.Time
 	warnf       func(string, error)
-	hooks       hooks // test fault injection (export_test.go); zero in production
+	hooks       hooks         // test fault injection (export_test.go); zero in production
+	dropSeq     atomic.Uint64 // names of files moved aside (dropLocked)
 
 	ctx    context.Context // cancelled by Close: stops fills and verifications
 	cancel context.CancelFunc
@@ -232,6 +234,7 @@ type hooks struct {
 	create  func() error           // before a fill's file is created
 	variant func(f *os.File) error // after a variant is encoded, before it is verified
 	grow    func(p []byte) []byte  // what a growing variant writes instead of p
+	remove  func(p string)         // before a dropped file is unlinked
 }
 
 // entry is a complete file.

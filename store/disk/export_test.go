@@ -19,3 +19,7 @@ func SetVariantHookForTest(c *Cache, hook func(f *os.File) error) { c.hooks.vari
 // SetGrowHookForTest makes every write of a growing variant write
 // hook(p) instead of p (a corrupting hook returns an altered copy).
 func SetGrowHookForTest(c *Cache, hook func(p []byte) []byte) { c.hooks.grow = hook }
+
+// SetRemoveHookForTest runs hook before each dropped or stale file is
+// unlinked (a blocking hook holds the unlink back).
+func SetRemoveHookForTest(c *Cache, hook func(p string)) { c.hooks.remove = hook }

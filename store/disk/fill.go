@@ -175,15 +175,15 @@ func (c *Cache) forget(e *entry, remove bool) {
 	c.mu.Lock()
 	var p string
 	if c.entries[e.key] == e {
-		p = c.dropLocked(e)
 		if remove {
+			p = c.dropLocked(e)
 			c.discarded.Add(1)
+		} else {
+			c.unindexLocked(e)
 		}
 	}
 	c.mu.Unlock()
-	if remove && p != "" {
-		c.removeFiles([]string{p})
-	}
+	c.removeFiles([]string{p})
 }
 
 // verify hashes a file indexed by the scan before its first use.
@@ -191,6 +191,7 @@ func (c *Cache) verify(e *entry, done chan struct{}) {
 	defer c.wg.Done()
 	st, err := c.hashFile(c.path(e.key), e.key, e.size)
 	var p string
+	dropped := false
 	c.mu.Lock()
 	if c.ctx.Err() != nil {
 		err = nil // closed mid-way: the file is not known bad, keep it unverified
@@ -201,14 +202,14 @@ func (c *Cache) verify(e *entry, done chan struct{}) {
 			e.smu.Unlock()
 			e.verified = true
 		} else {
-			p = c.dropLocked(e)
+			p, dropped = c.dropLocked(e), true
 			c.discarded.Add(1)
 		}
 	}
 	e.verifying = nil
 	close(done)
 	c.mu.Unlock()
-	if p != "" {
+	if dropped {
 		c.removeFiles([]string{p})
 		c.warn("disk cache: discarded a file that failed verification", err)
 	}
@@ -390,7 +391,7 @@ func (c *Cache) commit(f *fill, st stamp) {
 	delete(c.fills, f.key)
 	c.reserved -= f.size
 	if old := c.entries[f.key]; old != nil { // not expected: Get fills only a missing key
-		c.dropLocked(old)
+		c.unindexLocked(old)
 	}
 	e := &entry{key: f.key, size: f.size, touched: c.now(), verified: true, stamp: st}
 	e.elem = c.lru.PushFront(e)

@@ -218,7 +218,7 @@ func (c *Cache) endGrow(vf *vfill, segmentID string, size, reserve, written int6
 		}
 	case keep:
 		if old := c.entries[vf.vkey]; old != nil {
-			c.dropLocked(old)
+			c.unindexLocked(old)
 		}
 		e := &entry{key: vf.vkey, size: written, touched: c.now(), verified: true, stamp: st}
 		e.elem = c.lru.PushFront(e)

@@ -83,6 +83,10 @@ func (c *Cache) scanLocked() (victims []string, err error) {
 		if !d.Type().IsRegular() || !strings.HasPrefix(d.Name(), tmpPrefix) {
 			continue
 		}
+		if strings.HasPrefix(d.Name(), dropPrefix) { // dropped before a crash
+			victims = append(victims, filepath.Join(c.tmp, d.Name()))
+			continue
+		}
 		if fi, err := d.Info(); err == nil && fi.ModTime().Before(stale) {
 			victims = append(victims, filepath.Join(c.tmp, d.Name()))
 		}
@@ -147,21 +151,48 @@ func isHex(s string) bool {
 
 func (c *Cache) path(key string) string { return filepath.Join(c.dir, key[:2], key) }
 
-// dropLocked removes e from the index and returns its path for removal.
-func (c *Cache) dropLocked(e *entry) string {
+// unindexLocked removes e from the index, leaving its file alone (the
+// caller has just renamed a new file over it).
+func (c *Cache) unindexLocked(e *entry) {
 	c.lru.Remove(e.elem)
 	delete(c.entries, e.key)
 	c.bytes.Add(-e.size)
 	c.files.Add(-1)
-	return c.path(e.key)
 }
 
-// removeFiles unlinks files dropped from the index. Open readers keep
-// reading them. Called without c.mu: a fill that commits the same name
-// in between is lost from the disk, not served wrong (its Get finds the
-// file missing and fills again).
+// dropLocked removes e from the index and moves its file aside, to a
+// name in tmp/ that removeFiles unlinks later without c.mu (unlinking a
+// large file takes a while). The move is made under c.mu so that it
+// always comes before the rename of a new file for the same key: a fill
+// or a variant build of that key can start only once the entry is gone.
+// Removing by the old name after the lock is released would race with
+// that rename and could unlink the new file. A file already missing
+// returns "". If the move fails otherwise, the old name is returned and
+// removed later (what the directory allowed).
+func (c *Cache) dropLocked(e *entry) string {
+	c.unindexLocked(e)
+	p := c.path(e.key)
+	aside := filepath.Join(c.tmp, fmt.Sprintf("%s%d", dropPrefix, c.dropSeq.Add(1)))
+	switch err := os.Rename(p, aside); {
+	case err == nil:
+		return aside
+	case errors.Is(err, fs.ErrNotExist):
+		return ""
+	default:
+		return p
+	}
+}
+
+// removeFiles unlinks files dropped from the index (moved aside by
+// dropLocked) and stale temporary files. Open readers keep reading them.
 func (c *Cache) removeFiles(paths []string) {
 	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if c.hooks.remove != nil {
+			c.hooks.remove(p)
+		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			c.warn("disk cache: cannot remove a file", err)
 		}

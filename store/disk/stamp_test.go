@@ -133,6 +133,65 @@ func TestStampMissesAChangeThatKeepsAllThree(t *testing.T) {
 	}
 }
 
+// A file that fails its re-hash is unlinked after the index lock is
+// released, and by then a new fill of the same segment may have renamed
+// its verified file into the same name. The unlink must take the old file
+// only: here it is held back until the refill has committed, and the
+// refilled file must then still be served from disk.
+func TestDiscardNeverUnlinksTheRefill(t *testing.T) {
+	dir := t.TempDir()
+	c, err := disk.New(disk.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSegment(100_000, 85)
+	fillNow(t, c, s)
+	p := disk.PathForTest(c, s.key)
+	b := bytes.Clone(s.b)
+	b[5] ^= 0xff
+	changeInPlace(t, p, b)
+	c.Close()
+
+	c2 := newCache(t, disk.Options{Dir: dir})
+	release := make(chan struct{})
+	held := make(chan string, 1)
+	var once sync.Once
+	disk.SetRemoveHookForTest(c2, func(path string) {
+		once.Do(func() {
+			held <- path
+			<-release
+		})
+	})
+	var calls atomic.Int32
+	h := get(t, c2, s, bytesSource(s.b, &calls))
+	mustRead(t, h, s.b) // the refill is committed: its last byte was served
+	h.Close()
+	if calls.Load() != 1 {
+		t.Fatalf("fills: %d", calls.Load())
+	}
+	var unlinked string
+	select {
+	case unlinked = <-held:
+	default:
+		t.Fatal("the corrupted file was not removed")
+	}
+	close(release)
+	c2.Close() // waits for the verification's removal
+	if unlinked == p {
+		t.Errorf("the discarded file is unlinked by its served name %s", p)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, s.b) {
+		t.Fatalf("after the discard's unlink the refill is gone or wrong (err %v)", err)
+	}
+	c3 := newCache(t, disk.Options{Dir: dir})
+	h = get(t, c3, s, noSource(t))
+	mustRead(t, h, s.b)
+	if left, _ := os.ReadDir(dir + "/tmp"); len(left) != 0 {
+		t.Errorf("tmp/ holds %d files after the restart", len(left))
+	}
+}
+
 // The cache's own touch (the recency it writes into the mtime) never
 // makes a concurrent hit discard the file, and a change after a touch is
 // still seen.

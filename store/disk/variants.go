@@ -306,7 +306,7 @@ func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, c
 	}
 	if err == nil {
 		if old := c.entries[vkey]; old != nil {
-			c.dropLocked(old)
+			c.unindexLocked(old)
 		}
 		e := &entry{key: vkey, size: written, touched: c.now(), verified: true, stamp: st}
 		e.elem = c.lru.PushFront(e)
@@ -366,6 +366,7 @@ func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding com
 	defer c.wg.Done()
 	st, err := c.checkVariantFile(c.path(e.key), segmentID, size, coding)
 	var p string
+	dropped := false
 	c.mu.Lock()
 	if c.ctx.Err() != nil {
 		err = nil // closed mid-way: not known bad
@@ -376,7 +377,7 @@ func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding com
 			e.smu.Unlock()
 			e.verified = true
 		} else {
-			p = c.dropLocked(e)
+			p, dropped = c.dropLocked(e), true
 			c.discarded.Add(1)
 			if errors.Is(err, compress.ErrMismatch) {
 				c.variantsRejected.Add(1)
@@ -386,7 +387,7 @@ func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding com
 	close(e.verifying)
 	e.verifying = nil
 	c.mu.Unlock()
-	if p != "" {
+	if dropped {
 		c.removeFiles([]string{p})
 		c.warn("disk cache: discarded a variant file that failed verification", err)
 	}
