@@ -49,3 +49,6 @@ func (c *TestClock) Add(d time.Duration) {
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
 }
+
+// SQLitePathForTest is the store's file.
+func SQLitePathForTest(s *SQLite) string { return s.path }

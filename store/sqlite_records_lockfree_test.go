@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -179,12 +178,12 @@ func TestSQLiteRecordLockFreeSchemaChangeInProgressSetsAside(t *testing.T) {
 	if err := setExpiry(writer, id, int64(777)); err != nil { // past the snapshot
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	conn, err := writer.Conn(ctx) // the writer's one connection, from here on
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	// The schema change comes from another process, as a sync server's
+	// does: the edge waits for a writer it can see (writerproc_test.go).
+	// With the writer in this process the lookup, once its lock-free
+	// reads were spent, took a SHARED lock the writer's COMMIT then met
+	// (SQLITE_BUSY on a loaded machine).
+	wp := startWriterProc(t, store.SQLitePathForTest(s))
 	calls := 0
 	var werr error
 	done := make(chan struct{})
@@ -195,8 +194,7 @@ func TestSQLiteRecordLockFreeSchemaChangeInProgressSetsAside(t *testing.T) {
 		// The writer begins a schema change during the read and commits
 		// it a moment after the read has ended.
 		for _, q := range []string{"BEGIN IMMEDIATE", "CREATE TABLE mid (x INTEGER)"} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				werr = err
+			if werr = wp.exec(q); werr != nil {
 				close(done)
 				return
 			}
@@ -204,19 +202,7 @@ func TestSQLiteRecordLockFreeSchemaChangeInProgressSetsAside(t *testing.T) {
 		go func() {
 			defer close(done)
 			time.Sleep(5 * time.Millisecond)
-			// On a loaded machine (make test under -race, 1 to 4 runs in
-			// 10 with other tests beside it) this commit can meet a lock
-			// and fail with SQLITE_BUSY; it is retried, up to a second,
-			// so that what this test checks (the read sees the schema
-			// change and sets its connection aside) is decided. Whether
-			// a read holds a lock while a writer commits is
-			// TestSQLiteRecordLockFreeBesideCommit's.
-			for end := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
-				_, werr = conn.ExecContext(ctx, "COMMIT")
-				if werr == nil || !strings.Contains(werr.Error(), "SQLITE_BUSY") || time.Now().After(end) {
-					return
-				}
-			}
+			werr = wp.exec("COMMIT")
 		}()
 	})
 	defer restore()
