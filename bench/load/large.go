@@ -354,6 +354,9 @@ type crowd struct {
 	bytes       []int
 	firstErr    error
 	fails       map[string]int // failed clients by error text
+	// clientCPU: the clients' CPU time (this process's, user + system)
+	// per answered client, ms, when measured (cpuCrowd).
+	clientCPU float64
 }
 
 // runCrowd starts n clients at once (after delay(i) each), the i-th on

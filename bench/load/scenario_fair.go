@@ -222,6 +222,19 @@ func (e *env) fairOnce(name, label string, storm bool, extra string, aSegs, bSeg
 			return nil, err
 		}
 		time.Sleep(300 * time.Millisecond) // its goroutines are parked on the start line
+		if *flagPprof != "" {
+			// The edge's CPU profile of the storm (-pprof DIR,
+			// -pprof-crowd long from A's release).
+			profErr := make(chan error, 1)
+			go func() {
+				profErr <- saveProfile(admin, *flagPprofCrowd, filepath.Join(*flagPprof, name+"-storm-cpu.pprof"))
+			}()
+			defer func() {
+				if err := <-profErr; err != nil {
+					log.Printf("(m) %s: pprof: %v", name, err)
+				}
+			}()
+		}
 		if _, err := io.WriteString(stdin, "go\n"); err != nil {
 			return nil, err
 		}
