@@ -154,6 +154,9 @@ func TestDiscardNeverUnlinksTheRefill(t *testing.T) {
 
 	c2 := newCache(t, disk.Options{Dir: dir})
 	release := make(chan struct{})
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(free) // before c2's Close, which waits for the held unlink
 	held := make(chan string, 1)
 	var once sync.Once
 	disk.SetRemoveHookForTest(c2, func(path string) {
@@ -171,11 +174,11 @@ func TestDiscardNeverUnlinksTheRefill(t *testing.T) {
 	}
 	var unlinked string
 	select {
-	case unlinked = <-held:
-	default:
+	case unlinked = <-held: // the verification's unlink, after the refill committed
+	case <-time.After(10 * time.Second):
 		t.Fatal("the corrupted file was not removed")
 	}
-	close(release)
+	free()
 	c2.Close() // waits for the verification's removal
 	if unlinked == p {
 		t.Errorf("the discarded file is unlinked by its served name %s", p)
