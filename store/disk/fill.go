@@ -470,11 +470,26 @@ const prefillChunk = 2 << 20
 
 var zeros [prefillChunk]byte
 
-// prefiller writes zeros ahead of a file's data (see above).
-type prefiller struct {
+// prefillWriter appends to a file and writes zeros ahead of the data
+// (see above), up to a limit: the segment's size for a fill, or a bound
+// for a variant, whose size is not known beforehand and whose file trim
+// cuts to n when the writes are done.
+type prefillWriter struct {
 	file  *os.File
+	n     int64 // bytes written
 	pre   int64 // the file's bytes up to here exist (zeros past the data)
-	limit int64 // never past this size
+	limit int64 // the prefill never goes past this size
+}
+
+func newPrefillWriter(f *os.File, limit int64) prefillWriter {
+	return prefillWriter{file: f, limit: limit}
+}
+
+func (w *prefillWriter) Write(p []byte) (int, error) {
+	w.ahead(w.n + int64(len(p)))
+	n, err := w.file.Write(p)
+	w.n += int64(n)
+	return n, err
 }
 
 // ahead makes the file's bytes exist up to the prefillChunk boundary at
@@ -482,35 +497,23 @@ type prefiller struct {
 // (a disk with less room than the step) ends the prefill for this file,
 // and the data's own writes meet the failure, if any, where they would
 // have without it (a fill hands its readers over once bytes are there).
-func (p *prefiller) ahead(end int64) {
-	for p.pre < end && p.pre < p.limit {
-		k := min(prefillChunk-p.pre%prefillChunk, p.limit-p.pre)
-		if _, err := p.file.WriteAt(zeros[:k], p.pre); err != nil {
-			p.limit = p.pre
+func (w *prefillWriter) ahead(end int64) {
+	for w.pre < end && w.pre < w.limit {
+		k := min(prefillChunk-w.pre%prefillChunk, w.limit-w.pre)
+		if _, err := w.file.WriteAt(zeros[:k], w.pre); err != nil {
+			w.limit = w.pre
 			return
 		}
-		p.pre += k
+		w.pre += k
 	}
 }
 
-// prefillWriter appends to a file, prefilled up to a limit: the
-// segment's size for a fill, or for a variant, whose size is not known
-// beforehand, a bound, the file to be truncated to n when the writes
-// are done.
-type prefillWriter struct {
-	pf prefiller
-	n  int64 // bytes written
-}
-
-func newPrefillWriter(f *os.File, limit int64) prefillWriter {
-	return prefillWriter{pf: prefiller{file: f, limit: limit}}
-}
-
-func (w *prefillWriter) Write(p []byte) (int, error) {
-	w.pf.ahead(w.n + int64(len(p)))
-	n, err := w.pf.file.Write(p)
-	w.n += int64(n)
-	return n, err
+// trim cuts the file to the bytes written: the zeros past them go.
+func (w *prefillWriter) trim() error {
+	if err := w.file.Truncate(w.n); err != nil {
+		return unavailable(err)
+	}
+	return nil
 }
 
 var errLong = errors.New("disk cache: more bytes than the record's length")

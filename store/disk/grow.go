@@ -146,10 +146,8 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 			err = w.flushed(size, written)
 		}
 	}
-	if err == nil { // the zeros past the encoded bytes go
-		if terr := tf.Truncate(w.n); terr != nil {
-			err = unavailable(terr)
-		}
+	if err == nil {
+		err = w.trim()
 	}
 	if cerr := tf.Close(); cerr != nil && err == nil {
 		err = unavailable(cerr)

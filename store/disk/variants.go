@@ -334,9 +334,7 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 	pw := newPrefillWriter(tf, size)
 	written, err := compress.EncodeBounded(coding, &pw, compress.ContextReader(ctx, src), size)
 	if err == nil {
-		if terr := tf.Truncate(pw.n); terr != nil {
-			err = unavailable(terr)
-		}
+		err = pw.trim()
 	}
 	if err == nil && c.hooks.variant != nil {
 		err = c.hooks.variant(tf)
