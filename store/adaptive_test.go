@@ -7,15 +7,16 @@ import (
 	"time"
 )
 
-// simulate feeds a windows of reads to the limit from a store model whose
-// read latency, at limit reads at once, is lat(limit); it returns the
-// limits seen after each window.
+// simulate feeds windows of reads to the limit from a store model whose
+// read latency, at limit reads at once, is lat(limit): each window's
+// reads start together and end together (as the gate admits a window's
+// worth at once); it returns the limits seen after each window.
 func simulate(a *adaptive, now *time.Time, windows int, lat func(inFlight int) time.Duration) []int {
 	var seen []int
 	for range windows {
 		n := a.limit
+		*now = now.Add(lat(n))
 		for range n {
-			*now = now.Add(lat(n) / time.Duration(n))
 			a.observe(lat(n), *now)
 		}
 		seen = append(seen, a.limit)
@@ -118,8 +119,8 @@ func TestFairGateAdaptiveLimit(t *testing.T) {
 		t.Fatalf("fresh adaptive gate: limit %d, want %d", s.Limit, AdaptiveFloor)
 	}
 	// Fast reads, one after another: slow start to the ceiling (windows
-	// of 2, 4, 8 and 8 reads).
-	for range 22 {
+	// of 2, 4, 6 and 8 reads).
+	for range 20 {
 		rel, err := g.acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -354,4 +355,42 @@ func TestFairGateUnderShareAboveLimit(t *testing.T) {
 		}
 	}
 	waitFor(t, "every slot back", func() bool { s := g.stats(); return s.InUse == 0 && s.Waiting == 0 })
+}
+
+// TestAdaptiveWindowIsTheCurrentLimits: reads admitted under an earlier
+// limit end after it changed, slow because as many ran as that limit let
+// in. They must not make a second cut: the window after a cut is of reads
+// admitted under the cut limit. Counting them (the earlier rule) cut a
+// limit of 16 to the floor from one burst of slow reads.
+func TestAdaptiveWindowIsTheCurrentLimits(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	a := newAdaptive(16)
+	flat := func(int) time.Duration { return 10 * time.Millisecond }
+	if seen := simulate(a, &now, 12, flat); seen[len(seen)-1] != 16 {
+		t.Fatalf("flat store: limits %v, want 16", seen)
+	}
+	// 16 reads admitted together, each 3× the base: the first window's
+	// end cuts the limit.
+	start := now
+	now = now.Add(30 * time.Millisecond)
+	for range 16 {
+		a.observe(30*time.Millisecond, now)
+	}
+	cut := a.limit
+	if cut >= 16 {
+		t.Fatalf("a window of 3× slower reads: limit %d, want a cut", cut)
+	}
+	// 16 more reads of the same burst (admitted at start, before the
+	// cut) end a little later: they are not the cut limit's window.
+	now = now.Add(time.Millisecond)
+	for range 16 {
+		a.observe(now.Sub(start), now)
+	}
+	if a.limit != cut {
+		t.Fatalf("reads admitted before the cut changed the limit: %d, want %d kept", a.limit, cut)
+	}
+	// Reads admitted under the cut limit, at the base latency, grow it.
+	if seen := simulate(a, &now, 1, flat); seen[0] <= cut {
+		t.Fatalf("fast reads under the cut limit: %d, want above %d", seen[0], cut)
+	}
 }
