@@ -58,18 +58,29 @@ type pair struct {
 	// tool is the load command, for the report.
 	tool        string
 	edge, plain side
-	// peer, if set, is a third server measured in the same rounds (nginx),
-	// with a minimum edge/peer ratio of requests/s (0 for none).
-	peer       *side
-	peerTarget float64
+	// peers are more servers measured in the same rounds (nginx, Go's
+	// floor), each against the edge.
+	peers []*peer
 
-	edgeRPS, plainRPS, peerRPS []float64
-	edgeCPU, plainCPU, peerCPU []float64 // server CPU µs per request
-	bad                        int       // responses with another status, or errors
-	maxRequests                int       // the most requests one run sent
+	edgeRPS, plainRPS []float64
+	edgeCPU, plainCPU []float64 // server CPU µs per request
+	bad               int       // responses with another status, or errors
+	maxRequests       int       // the most requests one run sent
 }
 
-// Sides of a pair, in the order of even rounds (odd rounds reverse it).
+// peer is a further server of a pair: its name in the report, a minimum
+// edge/peer ratio of requests/s (0 for none), and its rounds.
+type peer struct {
+	name   string
+	note   string // what it is, for the report
+	side   side
+	target float64
+	rps    []float64
+	cpu    []float64 // server CPU µs per request
+}
+
+// Sides of a pair, in the order of even rounds (odd rounds reverse it):
+// edge, plain, then the peers (sidePeer+i).
 const (
 	sideEdge = iota
 	sidePlain
@@ -78,20 +89,22 @@ const (
 
 // sides is the order of p's sides in even rounds.
 func (p *pair) sides() []int {
-	if p.peer != nil {
-		return []int{sideEdge, sidePlain, sidePeer}
+	s := []int{sideEdge, sidePlain}
+	for i := range p.peers {
+		s = append(s, sidePeer+i)
 	}
-	return []int{sideEdge, sidePlain}
+	return s
 }
 
 func (p *pair) side(which int) (side, string) {
 	switch which {
 	case sideEdge:
 		return p.edge, "edge"
-	case sidePeer:
-		return *p.peer, "nginx"
+	case sidePlain:
+		return p.plain, "plain"
 	}
-	return p.plain, "plain"
+	pe := p.peers[which-sidePeer]
+	return pe.side, pe.name
 }
 
 // abba warms every side up for 1 s, then runs rounds rounds over pairs.
@@ -177,12 +190,13 @@ func (p *pair) once(round int, which int) error {
 	case sideEdge:
 		p.edgeRPS = append(p.edgeRPS, r.rps)
 		p.edgeCPU = append(p.edgeCPU, cpuPer)
-	case sidePeer:
-		p.peerRPS = append(p.peerRPS, r.rps)
-		p.peerCPU = append(p.peerCPU, cpuPer)
-	default:
+	case sidePlain:
 		p.plainRPS = append(p.plainRPS, r.rps)
 		p.plainCPU = append(p.plainCPU, cpuPer)
+	default:
+		pe := p.peers[which-sidePeer]
+		pe.rps = append(pe.rps, r.rps)
+		pe.cpu = append(pe.cpu, cpuPer)
 	}
 	log.Printf("round %d %s %s: %.0f req/s, %.1f µs server CPU per request, %d requests", round+1, p.id, sideName, r.rps, cpuPer, r.requests)
 	return nil

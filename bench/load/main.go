@@ -5,8 +5,9 @@
 //
 //	(a) serve: the edge serving a 256 KiB segment from SQLite (warm cache)
 //	    against stock Caddy's file_server serving the same bytes from disk
-//	    (hey, one URL), and nginx (nginx.go: sendfile, an MD5 secure link
-//	    per request) as a peer in the same rounds;
+//	    (hey, one URL), with nginx (nginx.go: sendfile, an MD5 secure link
+//	    per request) and Go's floor (floor.go: net/http writing the bytes
+//	    from memory in one Write) as peers in the same rounds;
 //	(b) redirect: the edge's 302 to a presigned S3 URL (record cached),
 //	    configured as in production (audience hmac_sha256, INFO log), every
 //	    request with its own token (vegeta, a targets file of distinct
@@ -144,6 +145,15 @@ func selected() ([]scenario, error) {
 func main() {
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	if *flagFloor != "" {
+		if err := floorServe(*flagFloor, *flagFloorAddr); err != nil {
+			log.Fatalf("bench: floor: %v", err)
+		}
+		return
+	}
+	if err := pinSelf(); err != nil {
+		log.Fatalf("bench: %v", err)
+	}
 	if *flagFairStorm != "" {
 		if err := fairStormChild(*flagFairStorm); err != nil {
 			log.Fatalf("bench: storm child: %v", err)

@@ -61,13 +61,13 @@ type nginxPeer struct {
 }
 
 // nginxConf is the whole configuration: foreground, workers as many as
-// CPUs, no access log (the edge sites keep none either), keep-alive
+// the CPUs it may use (nginxWorkers), no access log (the edge sites keep none either), keep-alive
 // connections not cut after 1,000 requests (Caddy does not cut them),
 // sendfile as Debian's default configuration has it, and the segments
 // path answered only with a valid, unexpired secure link.
 const nginxConf = `daemon off;
 master_process on;
-worker_processes auto;
+worker_processes %[6]s;
 %[1]s
 pid %[2]s/nginx.pid;
 error_log %[2]s/error.log warn;
@@ -141,7 +141,7 @@ func (e *env) startNginx(name, root string) (*nginxPeer, error) {
 	port := freePort()
 	p := &nginxPeer{port: port, secret: hex.EncodeToString(secret)}
 	conf := filepath.Join(prefix, "nginx.conf")
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConf, userLine, prefix, port, root, p.secret)), 0o600); err != nil {
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(nginxConf, userLine, prefix, port, root, p.secret, nginxWorkers())), 0o600); err != nil {
 		return nil, err
 	}
 	// -e: the error log before the configuration is read (Debian's
@@ -224,4 +224,15 @@ func checkNginx(p *nginxPeer, id, edgeURL string) error {
 		return fmt.Errorf("nginx answered %d to a wrong secure link, want 403", resp.StatusCode)
 	}
 	return nil
+}
+
+// nginxWorkers is worker_processes: with -pin, as many as the server
+// CPUs (nginx's "auto" counts the host's CPUs, not the ones taskset
+// allows it, and 16 workers on 2 CPUs measure their contention); without,
+// "auto".
+func nginxWorkers() string {
+	if n := cpuCount(serverCPUs()); n > 0 {
+		return strconv.Itoa(n)
+	}
+	return "auto"
 }

@@ -174,3 +174,47 @@ func pinned(cpus, bin string, args []string) (string, []string) {
 	}
 	return "taskset", append([]string{"-c", cpus, bin}, args...)
 }
+
+// cpuCount is the number of CPUs in a taskset -c list ("0-1,4" is 3);
+// 0 for an empty or malformed list.
+func cpuCount(list string) int {
+	n := 0
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return 0
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0
+			}
+		}
+		n += b - a + 1
+	}
+	return n
+}
+
+// pinSelf runs the bench itself again under taskset on the load CPUs when
+// -pin is set: versitygw, the storm's client process and the bench's own
+// client goroutines (the crowd scenarios, the checks) then stay off the
+// server CPUs, as hey and vegeta do. Servers are started with their own
+// taskset (start), which replaces the inherited affinity. It returns only
+// when there is nothing to do (no -pin, or already pinned).
+func pinSelf() error {
+	const mark = "SYNCULAR_BENCH_PINNED"
+	if loadCPUs() == "" || os.Getenv(mark) != "" {
+		return nil
+	}
+	taskset, err := exec.LookPath("taskset")
+	if err != nil {
+		return fmt.Errorf("-pin needs taskset: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	os.Setenv(mark, "1")
+	return syscall.Exec(taskset, append([]string{"taskset", "-c", loadCPUs(), self}, os.Args[1:]...), os.Environ())
+}

@@ -117,8 +117,8 @@ func (r *report) pairsMarkdown(w func(string, ...any)) {
 	for _, p := range r.pairs {
 		w("- %s: edge %s; plain %s\n", p.id, fmtList(p.edgeRPS, 0), fmtList(p.plainRPS, 0))
 		w("  - server CPU µs/request: edge %s; plain %s\n", fmtList(p.edgeCPU, 1), fmtList(p.plainCPU, 1))
-		if p.peer != nil {
-			w("  - nginx: %s req/s; server CPU µs/request (master and workers) %s\n", fmtList(p.peerRPS, 0), fmtList(p.peerCPU, 1))
+		for _, pe := range p.peers {
+			w("  - %s: %s req/s; server CPU µs/request %s\n", pe.name, fmtList(pe.rps, 0), fmtList(pe.cpu, 1))
 		}
 		if strings.Contains(p.tool, "vegeta") {
 			repeat := "no token was sent twice"
@@ -131,34 +131,50 @@ func (r *report) pairsMarkdown(w func(string, ...any)) {
 	w("\n")
 }
 
-// peersMarkdown is the table of the pairs measured against nginx too.
+// peersMarkdown is the table of the pairs measured against peers too
+// (nginx, Go's floor): one row per pair and peer.
 func (r *report) peersMarkdown(w func(string, ...any)) {
-	var peers []*pair
+	var rows []*pair
 	for _, p := range r.pairs {
-		if p.peer != nil {
-			peers = append(peers, p)
+		if len(p.peers) > 0 {
+			rows = append(rows, p)
 		}
 	}
-	if len(peers) == 0 {
+	if len(rows) == 0 {
 		return
 	}
-	w("\n### Against nginx (median of %d rounds)\n\n", *flagRounds)
-	w("nginx (%s) in the same rounds as the edge and plain Caddy (edge, plain, nginx; reversed every other round), same bytes from a file under the same path, `sendfile on`, an MD5 `secure_link` checked per request (%s). Requests/s ratio edge ÷ nginx (higher is better for the edge); CPU ratio edge ÷ nginx (lower is better for the edge; nginx's CPU is its master's and workers').\n\n",
-		nginxVersion(), "`nginx -p <tmp>/ -c <tmp>/nginx.conf -e <tmp>/error.log`, `daemon off`, `worker_processes auto`, `access_log off`, `keepalive_requests 1000000`")
-	w("| measurement | edge req/s | nginx req/s | edge ÷ nginx (of medians) | median of per-round ratios | target | edge µs/req | nginx µs/req | CPU edge ÷ nginx (of medians) | median of per-round ratios |\n|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
-	for _, p := range peers {
-		me, mn := median(p.edgeRPS), median(p.peerRPS)
-		ce, cn := median(p.edgeCPU), median(p.peerCPU)
-		var rr, cr []float64
-		for j := range min(len(p.edgeRPS), len(p.peerRPS)) {
-			rr = append(rr, p.edgeRPS[j]/p.peerRPS[j])
-			if p.peerCPU[j] > 0 {
-				cr = append(cr, p.edgeCPU[j]/p.peerCPU[j])
+	w("\n### Against nginx and the floors (median of %d rounds)\n\n", *flagRounds)
+	w("Each peer runs in the same rounds as the edge and plain Caddy (edge, plain, then the peers; reversed every other round), with the same bytes. Requests/s ratio edge ÷ peer (higher is better for the edge); CPU ratio edge ÷ peer (lower is better for the edge). The peers:\n\n")
+	seen := map[string]bool{}
+	for _, p := range rows {
+		for _, pe := range p.peers {
+			if !seen[pe.name] {
+				seen[pe.name] = true
+				w("- **%s**: %s\n", pe.name, pe.note)
 			}
 		}
-		w("| %s | %.0f | %.0f | **%.2f×** | %.2f× | %s | %.1f | %.1f | **%.2f×** | %.2f× |\n",
-			p.name, me, mn, me/mn, median(rr), targetCell(me/mn, p.peerTarget), ce, cn, ce/cn, median(cr))
 	}
+	w("\n| measurement | peer | edge req/s | peer req/s | edge ÷ peer (of medians) | median of per-round ratios | target | edge µs/req | peer µs/req | CPU edge ÷ peer (of medians) | median of per-round ratios |\n|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	for _, p := range rows {
+		for _, pe := range p.peers {
+			me, mn := median(p.edgeRPS), median(pe.rps)
+			ce, cn := median(p.edgeCPU), median(pe.cpu)
+			var rr, cr []float64
+			for j := range min(len(p.edgeRPS), len(pe.rps)) {
+				rr = append(rr, p.edgeRPS[j]/pe.rps[j])
+				if pe.cpu[j] > 0 {
+					cr = append(cr, p.edgeCPU[j]/pe.cpu[j])
+				}
+			}
+			w("| %s | %s | %.0f | %.0f | **%.2f×** | %.2f× | %s | %.1f | %.1f | **%.2f×** | %.2f× |\n",
+				p.name, pe.name, me, mn, me/mn, median(rr), targetCell(me/mn, pe.target), ce, cn, ce/cn, median(cr))
+		}
+	}
+}
+
+// nginxNote describes the nginx peer for the report.
+func nginxNote() string {
+	return fmt.Sprintf("%s, the same bytes from a file under the same path, `sendfile on`, an MD5 `secure_link` checked per request (`nginx -p <tmp>/ -c <tmp>/nginx.conf -e <tmp>/error.log`, `daemon off`, `worker_processes %s`, `access_log off`, `keepalive_requests 1000000`); its CPU is its master's and workers'", nginxVersion(), nginxWorkers())
 }
 
 // nginxVersion is "nginx/1.22.1" or the like.

@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 )
 
 // serveScenario is (a): the edge serving the 256 KiB SQLite segment (warm
 // cache) against file_server serving the same bytes from disk under the
-// same path and query, and nginx serving them with sendfile behind an MD5
-// secure link, one URL each, loaded with hey.
+// same path and query (Caddy's floor), nginx serving them with sendfile
+// behind an MD5 secure link, and Go's floor (floor.go) writing them from
+// memory, one URL each, loaded with hey.
 func serveScenario(e *env, rep *report) error {
 	edgeAdmin, plainAdmin := freePort(), freePort()
 	pEdge, pPlain := freePort(), freePort()
@@ -50,6 +52,17 @@ http://127.0.0.1:%d {
 		return err
 	}
 	ngxURL := ngx.url(e.serveID, time.Now().Add(time.Hour))
+	floor, floorPort, err := e.startFloor("serve-floor", filepath.Join(e.www, "sync", "segments", e.serveID))
+	if err != nil {
+		return err
+	}
+	floorURL := segURL(floorPort, e.serveID, tok)
+	if err := waitHTTP(floor, floorURL); err != nil {
+		return err
+	}
+	if err := sameBody(edgeURL, floorURL); err != nil {
+		return err
+	}
 	p := &pair{
 		id:     "a",
 		name:   "(a) serve 256 KiB: edge (SQLite, warm cache) / file_server",
@@ -58,9 +71,11 @@ http://127.0.0.1:%d {
 		tool:   "`" + strings.Join(append([]string{*flagHey}, heyArgs(*flagDur, "<url>")...), " ") + "` (one URL, one token)",
 		edge:   side{proc: edge, admin: edgeAdmin, load: heyLoad(edgeURL)},
 		plain:  side{proc: plain, load: heyLoad(plainURL)},
-		peer:   &side{proc: ngx.proc, load: heyLoad(ngxURL), cpu: ngx.cpu},
-		// the memory-tier hit at least as fast as nginx sending the file
-		peerTarget: 1.0,
+		peers: []*peer{
+			// the memory-tier hit at least as fast as nginx sending the file
+			{name: "nginx", note: nginxNote(), side: side{proc: ngx.proc, load: heyLoad(ngxURL), cpu: ngx.cpu}, target: 1.0},
+			{name: "Go's floor", note: "the bench binary as a minimal Go `net/http` server (bench/load/floor.go): the file read into memory once, each request answered with `Content-Length` and the bytes in one `Write`, no token checked. Caddy's own floor is the plain side: stock `file_server` of the same file (`static_response` cannot carry binary bytes)", side: side{proc: floor, load: heyLoad(floorURL)}},
+		},
 	}
 	rep.pairs = append(rep.pairs, p)
 	return abba([]*pair{p}, *flagRounds)
