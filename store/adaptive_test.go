@@ -295,8 +295,10 @@ func TestFairGateTenantHoldingNoneGoesFirst(t *testing.T) {
 
 // TestFairGateUnderShareAboveLimit: while the adaptive limit is cut, a
 // tenant holding less than an equal share of it (and with no read
-// waiting) reads at once, up to the ceiling; the tenant above its share
-// waits, and nobody passes the ceiling.
+// waiting) reads at once, up to the ceiling; one that had to wait (the
+// ceiling reached) is admitted at the next release, not after every read
+// above the limit ended; the tenant above its share waits, and nobody
+// passes the ceiling.
 func TestFairGateUnderShareAboveLimit(t *testing.T) {
 	// A fixed gate with its limit set below its ceiling, as the adaptive
 	// limit leaves it after a window of slow reads (and here stays).
@@ -334,26 +336,40 @@ func TestFairGateUnderShareAboveLimit(t *testing.T) {
 	if s := g.stats(); s.InUse != 4 || s.Waiting != 3 {
 		t.Fatalf("stats %+v, want the ceiling 4 in use, 3 waiting", s)
 	}
-	// Releases above the limit free their slots; none is passed on
-	// until in use is back within the limit.
-	c1()
-	b1()
-	if s := g.stats(); s.InUse != 2 || s.Waiting != 3 {
-		t.Fatalf("stats %+v, want 2 in use (the limit), 3 waiting", s)
-	}
-	a1()
-	a2()
-	for _, w := range []<-chan acquired{wa, wb, wd} {
+	// A release above the limit passes its slot on only to a waiting
+	// tenant under its share: C's release goes to D (holding none, its
+	// turn before B's, who holds 1), B's own release to B's waiter; A,
+	// holding the whole limit, waits.
+	admitted := func(who string, w <-chan acquired) func() {
+		t.Helper()
 		select {
 		case got := <-w:
 			if got.err != nil {
 				t.Fatal(got.err)
 			}
-			got.release()
+			return got.release
 		case <-time.After(5 * time.Second):
-			t.Fatalf("a waiter was never admitted (%+v)", g.stats())
+			t.Fatalf("%s's waiter was not admitted at the release (%+v)", who, g.stats())
+			return nil
 		}
 	}
+	c1()
+	rd := admitted("D", wd)
+	b1()
+	rb := admitted("B", wb)
+	if s := g.stats(); s.InUse != 4 || s.Waiting != 1 {
+		t.Fatalf("stats %+v, want 4 in use (the ceiling), A's 1 waiting", s)
+	}
+	// A's first release: A still holds 1, at its share of 3 tenants:
+	// the slot is freed. Its second: A holds none and is admitted.
+	a1()
+	if s := g.stats(); s.InUse != 3 || s.Waiting != 1 {
+		t.Fatalf("stats %+v, want 3 in use, A's 1 waiting", s)
+	}
+	a2()
+	rd()
+	rb()
+	admitted("A", wa)()
 	waitFor(t, "every slot back", func() bool { s := g.stats(); return s.InUse == 0 && s.Waiting == 0 })
 }
 

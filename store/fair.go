@@ -33,6 +33,12 @@ import (
 // once, so a read admitted for another tenant runs at about the store's
 // unloaded speed instead of beside 15 slowed ones; a store whose reads
 // keep their latency however many run (a remote S3) keeps all of Slots.
+// The limit bounds each tenant, not the others' turn: a tenant holding
+// less than an equal share of it reads at once up to Slots, and one that
+// had to wait (Slots reached) gets the next slot freed even while more
+// than the limit run, so its read waits for about one release whatever
+// another tenant queues, and no one tenant drives the store past the
+// limit.
 //
 // Streams of the inner store (a segment served uncached) hold no slot:
 // their length is the client's, not the store's (the handler caps SQLite
@@ -260,13 +266,20 @@ func (g *fairGate) underShareLocked(tenant string) bool {
 	if g.inUse >= g.slots || g.tenants[tenant] != nil {
 		return false
 	}
+	return g.heldBelowShareLocked(tenant)
+}
+
+// heldBelowShareLocked reports whether tenant holds less than an equal
+// share of the limit among the tenants holding or waiting for slots,
+// itself included.
+func (g *fairGate) heldBelowShareLocked(tenant string) bool {
 	active := len(g.tenants)
 	for k := range g.held {
 		if g.tenants[k] == nil {
 			active++
 		}
 	}
-	if g.held[tenant] == 0 {
+	if g.held[tenant] == 0 && g.tenants[tenant] == nil {
 		active++ // the tenant itself, holding nothing yet
 	}
 	return g.held[tenant]*active < g.limit
@@ -313,34 +326,52 @@ func (g *fairGate) release(start time.Time, tenant string) {
 			g.limitG.Store(int64(l))
 		}
 	}
-	if len(g.ring) == 0 || g.inUse > g.limit {
+	if len(g.ring) == 0 {
 		g.inUse--
 		g.inUseG.Store(int64(g.inUse))
 		return
 	}
-	g.grantLocked()
+	if g.inUse > g.limit {
+		// Above the limit (it was cut, or tenants under their share
+		// read above it) a slot is freed, not passed on, except to a
+		// waiting tenant still under its share: its read waits for one
+		// release, not for every read above the limit to end first.
+		if i := g.fewestHeldLocked(); g.heldBelowShareLocked(g.ring[i].key) {
+			g.grantLocked(i)
+			return
+		}
+		g.inUse--
+		g.inUseG.Store(int64(g.inUse))
+		return
+	}
+	g.grantLocked(g.fewestHeldLocked())
 	// A limit that grew admits more waiters at once.
 	for len(g.ring) > 0 && g.inUse < g.limit {
 		g.inUse++
 		g.inUseG.Store(int64(g.inUse))
-		g.grantLocked()
+		g.grantLocked(g.fewestHeldLocked())
 	}
 }
 
-// grantLocked passes a slot already counted in inUse to the oldest
-// waiter of the next tenant in turn: the first in the ring among the
-// tenants holding the fewest slots, so a tenant that holds none (one
-// arriving beside a storm) is served at the next release, and a tenant
-// whose reads run one at a time is not made to alternate with one
-// holding every slot. Among tenants holding as many, the order is the
-// ring's (round-robin).
-func (g *fairGate) grantLocked() {
+// fewestHeldLocked is the ring index of the next tenant in turn: the
+// first in the ring among the tenants holding the fewest slots, so a
+// tenant that holds none (one arriving beside a storm) is served at the
+// next release, and a tenant whose reads run one at a time is not made to
+// alternate with one holding every slot. Among tenants holding as many,
+// the order is the ring's (round-robin). The ring must not be empty.
+func (g *fairGate) fewestHeldLocked() int {
 	i := 0
 	for j, t := range g.ring {
 		if g.held[t.key] < g.held[g.ring[i].key] {
 			i = j
 		}
 	}
+	return i
+}
+
+// grantLocked passes a slot already counted in inUse to the oldest
+// waiter of the tenant at ring index i.
+func (g *fairGate) grantLocked(i int) {
 	tq := g.ring[i]
 	w := tq.q[0]
 	tq.q[0] = nil
