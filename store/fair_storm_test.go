@@ -182,7 +182,7 @@ func p95(d []time.Duration) time.Duration {
 	return s[(len(s)*95+99)/100-1]
 }
 
-// TestFairGateTenantBesideAStorm: issue 32's target, with no CPU load at
+// TestFairGateTenantBesideAStorm: the gate's fairness target, with no CPU load at
 // all. Behind NewCached with the handler's gate (default slots and queue,
 // adaptive), tenant B's p95 download time beside tenant A's 400 cold
 // downloads stays within 2× of B's p95 alone, on a store of fixed
@@ -191,7 +191,7 @@ func p95(d []time.Duration) time.Duration {
 // 8 rounds (fresh caches, fresh segments) in virtual time.
 //
 // Measured when written: fixed 1.50×, jittered 1.36×, saturating 1.72×.
-// The gate before issue 32 (limit doubled in slow start, windows counting
+// The gate before this change (limit doubled in slow start, windows counting
 // reads admitted under an earlier limit, Vegas 2/4) let B reach 2.39× on
 // the saturating store.
 func TestFairGateTenantBesideAStorm(t *testing.T) {
