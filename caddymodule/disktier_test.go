@@ -235,8 +235,8 @@ func TestServeLargeUnusableDiskDirectory(t *testing.T) {
 
 // sendFile hands a complete disk file to the connection's ReadFrom
 // as the *io.LimitedReader over *os.File that sendfile needs (no idle
-// timeout writer in between); a short file is an error (the store's
-// Body.WriteTo checks the count: store.TestBodyWriteTo).
+// timeout writer in between); a short file is an error (sendBody checks
+// the count: TestSendBodyKinds).
 func TestCopyBodyShapes(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "seg")
 	if err != nil {
@@ -247,13 +247,12 @@ func TestCopyBodyShapes(t *testing.T) {
 	f.Seek(0, 0)
 	var seen io.Reader
 	w := readFromRecorder{seen: &seen}
-	lr := &io.LimitedReader{R: f, N: 100}
-	n, err := sendFile(w, lr)
+	n, err := sendFile(w, f, 0, 100)
 	if err != nil || n != 100 {
 		t.Fatalf("copied %d: %v", n, err)
 	}
-	if seen != lr {
-		t.Fatalf("ReadFrom got %T, want the disk tier's *io.LimitedReader", seen)
+	if lr, ok := seen.(*io.LimitedReader); !ok || lr.R != io.Reader(f) {
+		t.Fatalf("ReadFrom got %T, want an *io.LimitedReader over the file", seen)
 	}
 }
 

@@ -199,18 +199,14 @@ func wholeRangeOK(iw *caddyhttp.IdleTimeoutWriter) bool {
 	return iw.Ctrl != nil && iw.Deadline.Timeout > 0 && iw.Deadline.MinRate == 0 && !iw.ClearBetweenWrites
 }
 
-// sendfileSource returns the reader that takes the bytes of lr, a
-// complete disk tier file's reader (an *io.LimitedReader over an
-// *os.File at the range's start, N its length), to w with sendfile(2),
-// and the func to call once the copy has ended. Under an idle timeout
-// writer it is a fileRange (sent as one chunk under a progressDeadline
-// when wholeRangeOK); with no such writer (or not a file) lr itself,
-// which reaches the connection as it is.
-func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
-	f, ok := lr.R.(*os.File)
-	if !ok {
-		return lr, noop
-	}
+// sendfileSource returns the reader that takes the next n bytes of f, a
+// complete disk tier file positioned at the range's start, to w with
+// sendfile(2), and the func to call once the copy has ended. Under an
+// idle timeout writer it is a fileRange (sent as one chunk under a
+// progressDeadline when wholeRangeOK); with no such writer an
+// *io.LimitedReader over f, the shape net's sendfile path takes.
+func sendfileSource(w io.Writer, f *os.File, n int64) (io.Reader, func()) {
+	lr := &io.LimitedReader{R: f, N: n}
 	iws := idleWriters(w)
 	if len(iws) == 0 {
 		return lr, noop

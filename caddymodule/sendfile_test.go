@@ -64,7 +64,7 @@ func newSendfileServer(t *testing.T, path string, chunk int, minRate int64) *sen
 		outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
 		outer.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 		outer.WriteHeader(http.StatusOK)
-		src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: n}) // as sendFile does
+		src, done := sendfileSource(outer, f, n) // as sendFile does
 		defer done()
 		fr := rangeOf(src)
 		k, err := readFrom(outer, src)
@@ -178,32 +178,26 @@ func rangeOf(src io.Reader) *fileRange {
 	return nil
 }
 
-// Without an idle timeout writer the disk tier's LimitedReader goes to
-// the connection as it is (the shape net's sendfile takes); so does a
-// LimitedReader of anything but a file. (Whether a body is a complete
-// file of its length is the store's: store.TestBodyWriteTo.)
+// Without an idle timeout writer the file goes to the connection as an
+// *io.LimitedReader over it (the shape net's sendfile takes). (Whether a
+// body is a range of a complete file is the store's: store.TestBodyKinds.)
 func TestSendfileSourceShapes(t *testing.T) {
 	f := segFile(t, 100, 'x', 10)
-	lr := &io.LimitedReader{R: f, N: 90}
-	source := func(w io.Writer, lr *io.LimitedReader) io.Reader {
-		src, done := sendfileSource(w, lr)
+	source := func(w io.Writer, n int64) io.Reader {
+		src, done := sendfileSource(w, f, n)
 		done()
 		return src
 	}
-	if src := source(httptest.NewRecorder(), lr); src != lr {
-		t.Fatalf("no idle timeout writer: %T, want the LimitedReader itself", src)
+	if lr, ok := source(httptest.NewRecorder(), 90).(*io.LimitedReader); !ok || lr.R != io.Reader(f) || lr.N != 90 {
+		t.Fatalf("no idle timeout writer: %+v, want a LimitedReader over the file", lr)
 	}
-	mem := &io.LimitedReader{R: bytes.NewReader(make([]byte, 90)), N: 90}
 	iw := &caddyhttp.IdleTimeoutWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: httptest.NewRecorder()}}
 	rec := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
-	if src := source(rec, mem); src != mem {
-		t.Fatalf("not a file: %T, want the LimitedReader itself", src)
-	}
-	fr, ok := source(rec, lr).(*fileRange)
+	fr, ok := source(rec, 90).(*fileRange)
 	if !ok || fr.pos != 10 || fr.end != 100 || !fr.toEOF || fr.chunk != caddyhttp.DefaultMaxWriteChunk {
 		t.Fatalf("under an idle timeout writer: %+v", fr)
 	}
-	fr, ok = source(rec, &io.LimitedReader{R: f, N: 50}).(*fileRange)
+	fr, ok = source(rec, 50).(*fileRange)
 	if !ok || fr.toEOF {
 		t.Fatalf("a range ending before the file's end: %+v", fr)
 	}
@@ -268,7 +262,7 @@ func TestSendfileSourceWholeRange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f.Seek(1000, io.SeekStart)
 			outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: tc.iw}
-			src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: 500_000})
+			src, done := sendfileSource(outer, f, 500_000)
 			fr := rangeOf(src)
 			if fr == nil {
 				t.Fatalf("%T, want a fileRange", src)
@@ -365,7 +359,7 @@ func newIdleServer(t *testing.T, path string, timeout time.Duration) *idleServer
 		defer iw.HandlerDone()
 		iw.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		iw.WriteHeader(http.StatusOK)
-		n, err := sendFile(iw, &io.LimitedReader{R: f, N: fi.Size()})
+		n, err := sendFile(iw, f, 0, fi.Size())
 		if err == nil && n != fi.Size() {
 			err = fmt.Errorf("copied %d of %d bytes", n, fi.Size())
 		}

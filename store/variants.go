@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,7 +162,7 @@ func variantKey(segmentID string, c compress.Coding) string {
 // verified to decode to the segment, and kept in the bytes cache; a
 // large segment's is the disk tier's (tier_variants.go). Identity and
 // invalid codings are variantUnavailable.
-func (c *Cached) variant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, disk.VariantState) {
+func (c *Cached) variant(segmentID string, coding compress.Coding) (*Body, int64, disk.VariantState) {
 	if coding != compress.Gzip && coding != compress.Zstd {
 		return nil, 0, variantUnavailable
 	}
@@ -173,7 +172,7 @@ func (c *Cached) variant(segmentID string, coding compress.Coding) (io.ReadClose
 	key := variantKey(segmentID, coding)
 	if b, ok := c.blobs.get(key); ok {
 		c.byteHits.Add(1)
-		return sliceReader(b, 0, -1), int64(len(b)), variantReady
+		return memoryBody(b, TierMemory), int64(len(b)), variantReady
 	}
 	if c.vt.isNotWorth(key) {
 		return nil, 0, variantNotWorth
