@@ -148,7 +148,7 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 	// variant's ETag matches (every variant decodes to the same bytes).
 	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 && compress.MatchIfNoneMatch(g.segID, inm...) {
 		a.kind = answerNotModified
-		a.coding, _ = store.ServerOf(h.store).Coding(g.segID, codings)
+		a.coding, _ = h.store.Coding(g.segID, codings)
 		return a
 	}
 	size := g.rec.ByteLength
@@ -170,7 +170,7 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 	}
 	if r.Method == http.MethodHead {
 		a.head = true
-		a.coding, a.codedSize = store.ServerOf(h.store).Coding(g.segID, codings)
+		a.coding, a.codedSize = h.store.Coding(g.segID, codings)
 		return a
 	}
 	a.want = store.Want{Codings: codings, Off: a.br.off, N: a.br.n, Size: size, Wait: true}
@@ -251,7 +251,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
 	start := time.Now()
 	d.tr.openAt = start
-	body, err := store.ServerOf(h.store).OpenBody(ctx, g.segID, a.want)
+	body, err := h.store.OpenBody(ctx, g.segID, a.want)
 	timedOut := !timer.Stop()
 	d.open = time.Since(start)
 	h.metrics.storeOp(opOpen, d.open)
@@ -346,7 +346,7 @@ func (h *Handler) warnCorrupt(segID string, err error) {
 }
 
 // compressing reports whether this handler may send a coded answer.
-func (h *Handler) compressing() bool { return len(h.codings) > 0 && h.variants != nil }
+func (h *Handler) compressing() bool { return len(h.codings) > 0 }
 
 // setGrantHeaders sets the headers of every successful answer: the ETag
 // of the representation (compress.ETag), and a Cache-Control that lets

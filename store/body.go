@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,8 +10,8 @@ import (
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
-// The bytes of one answer. A request asks for them once (Cached.OpenBody,
-// or Direct for a store without the cache) with what it accepts (Want):
+// The bytes of one answer. A request asks for them once (Cached.OpenBody)
+// with what it accepts (Want):
 // the cache picks the representation (a content-coded variant it holds,
 // or the identity bytes of the range), schedules the variant builds its
 // policy calls for, and hands back one Body that says what it holds (its
@@ -36,19 +35,6 @@ type Want struct {
 	// of the preferred coding's variant under way (a GET: a HEAD has no
 	// body to wait for).
 	Wait bool
-}
-
-// Server hands out the bodies of answers and says, without I/O, which
-// coding a GET would get now. Cached is one; Direct makes one of any
-// Store.
-type Server interface {
-	// OpenBody opens the body that answers want. The caller closes it.
-	OpenBody(ctx context.Context, segmentID string, want Want) (*Body, error)
-	// Coding is the coding a GET accepting codings (preferred first)
-	// would be answered with now, and that variant's length (-1 for one
-	// still being encoded; 0 for Identity). It has no side effect: no
-	// I/O, no counter, no build (HEAD and 304 answers).
-	Coding(segmentID string, codings []compress.Coding) (compress.Coding, int64)
 }
 
 // BodyKind is what a Body holds, and so how it is best written.
@@ -201,7 +187,7 @@ func diskBody(ctx context.Context, h *disk.Handle, t Tier, off, n int64, end fun
 	return b, nil
 }
 
-// OpenBody implements Server: the variant of the first of want.Codings
+// OpenBody opens the body that answers want (the caller closes it): the variant of the first of want.Codings
 // when it is held (or being encoded from a fill, or its build under way
 // ends within the wait), else the variant of another acceptable coding
 // that is held, else the identity bytes of the range through the tiers
@@ -332,7 +318,9 @@ func (c *Cached) heldVariant(ctx context.Context, segmentID string, coding compr
 	return b
 }
 
-// Coding implements Server: the first of codings whose variant is held
+// Coding is the coding a GET accepting codings (preferred first) would
+// be answered with now, and that variant's length (-1 for one still
+// being encoded; 0 for Identity), for HEAD and 304 answers: the first of codings whose variant is held
 // now (the preferred one also while it is encoded from a fill), with the
 // variant's length; Identity when none is. Nothing is read, counted or
 // built.
@@ -360,40 +348,5 @@ func (c *Cached) Coding(segmentID string, codings []compress.Coding) (compress.C
 // buildable reports the codings that have variants.
 func buildable(c compress.Coding) bool { return c == compress.Gzip || c == compress.Zstd }
 
-// Direct is the Server of a store without the cache: the identity bytes
-// of the range, streamed and verified when whole; no variants.
-func Direct(st Store) Server { return direct{st} }
-
-type direct struct{ st Store }
-
-func (d direct) OpenBody(ctx context.Context, segmentID string, want Want) (*Body, error) {
-	if want.Off < 0 {
-		return nil, errors.New("store: open: negative offset")
-	}
-	rc, err := d.st.Open(ctx, segmentID, want.Off, want.N)
-	if err != nil {
-		return nil, err
-	}
-	b := streamBody(rc, TierStore)
-	identity(b, segmentID, want)
-	return b, nil
-}
-
-func (direct) Coding(string, []compress.Coding) (compress.Coding, int64) {
-	return compress.Identity, 0
-}
-
 // Interface guards
-var (
-	_ Server        = (*Cached)(nil)
-	_ Server        = direct{}
-	_ io.ReadCloser = (*Body)(nil)
-)
-
-// ServerOf is st's Server: st itself when it is one (Cached), else Direct.
-func ServerOf(st Store) Server {
-	if s, ok := st.(Server); ok {
-		return s
-	}
-	return Direct(st)
-}
+var _ io.ReadCloser = (*Body)(nil)

@@ -59,7 +59,7 @@ func TestBodyKinds(t *testing.T) {
 	bad := bytes.Clone(data)
 	bad[len(bad)-1] ^= 1
 	badID := inner.add(bad, segID(data))
-	sbody, err := Direct(inner).OpenBody(ctx, badID, Want{N: int64(len(bad)), Size: int64(len(bad))})
+	sbody, err := NewCached(inner, CacheOptions{}).OpenBody(ctx, badID, Want{N: int64(len(bad)), Size: int64(len(bad))})
 	if err != nil {
 		t.Fatal(err)
 	}

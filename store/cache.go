@@ -210,7 +210,7 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 func (c *Cached) Inner() Store { return c.inner }
 
 // SharedTimeout is the bound on every read a Lookup or Open shares
-// (CacheOptions.Timeout): Cached is Bounded.
+// (CacheOptions.Timeout): a caller needs no timer of its own around them.
 func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
 
 // CacheStats counts cache answers since the store was built.
@@ -578,8 +578,5 @@ func clamp(b []byte, off, n int64) []byte {
 
 // Interface guards
 var (
-	_ Store       = (*Cached)(nil)
-	_ Revalidator = (*Cached)(nil)
-	_ Bounded     = (*Cached)(nil)
-	_ RefusalMemo = (*Cached)(nil)
+	_ Store = (*Cached)(nil)
 )

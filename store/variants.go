@@ -27,12 +27,6 @@ const (
 	variantFollowing   = disk.VariantFollowing
 )
 
-// VariantStore is a store that keeps content-coded variants of its
-// segments (Cached): its answers may be coded.
-type VariantStore interface {
-	Server
-}
-
 // MobileRate is the client rate the wait for a build is weighed against:
 // 10 Mbit/s, in bytes per second.
 const MobileRate = 10e6 / 8
@@ -264,4 +258,3 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 }
 
 // Interface guards
-var _ VariantStore = (*Cached)(nil)
