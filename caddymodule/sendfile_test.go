@@ -504,3 +504,70 @@ func TestRawRangeToNonSocketCopies(t *testing.T) {
 		t.Fatalf("wrote %d (%v), buffer %d, offset %d, sent %d; want %d bytes copied, offset 50010", n, err, buf.Len(), fr.pos, fr.sent, 50_000-512)
 	}
 }
+
+// oneChunk is the one place that reaches into Caddy's IdleTimeoutWriter:
+// while it is in place the writer hands a whole range on as one chunk,
+// the raw range bare (not inside the writer's io.LimitedReader) to the
+// writer below it; restore puts the writer back. If a Caddy upgrade
+// changes how IdleTimeoutWriter.ReadFrom uses MaxChunk or its
+// ResponseWriterWrapper, this fails (and so does integration's
+// TestSendfileDiskTier, through the real binary).
+func TestOneChunk(t *testing.T) {
+	const n = 1 << 20
+	for _, raw := range []bool{false, true} {
+		f := segFile(t, n, 'x', 0)
+		fr := newFileRange(f, n, n)
+		fr.whole = true
+		var seen []readFromCall
+		below := &caddyhttp.ResponseWriterWrapper{ResponseWriter: chunkRecorder{seen: &seen}}
+		rec := httptest.NewRecorder()
+		iw := &caddyhttp.IdleTimeoutWriter{
+			ResponseWriterWrapper: below,
+			Ctrl:                  http.NewResponseController(rec),
+			Logger:                zap.NewNop(),
+		}
+		var src io.Reader = fr
+		var bare *fileRange
+		if raw {
+			src, bare = rawRange{fr}, fr
+		}
+		restore := oneChunk(iw, n, bare)
+		k, err := iw.ReadFrom(src)
+		restore()
+		if err != nil || k != n {
+			t.Fatalf("raw %v: %d of %d bytes: %v", raw, k, n, err)
+		}
+		if len(seen) == 0 || seen[0].n != n {
+			t.Fatalf("raw %v: the writer below got %+v, want the range as one chunk (then, at most, an empty one)", raw, seen)
+		}
+		if raw {
+			if _, ok := seen[0].r.(rawRange); !ok {
+				t.Fatalf("raw: the writer below got %T, want the rawRange bare", seen[0].r)
+			}
+		} else if lr, ok := seen[0].r.(*io.LimitedReader); !ok || lr.R != src {
+			t.Fatalf("the writer below got %T, want the fileRange inside the writer's chunk", seen[0].r)
+		}
+		if iw.MaxChunk != 0 || iw.ResponseWriterWrapper != below {
+			t.Fatalf("raw %v: not restored: chunk %d, wrapper %p (want %p)", raw, iw.MaxChunk, iw.ResponseWriterWrapper, below)
+		}
+	}
+}
+
+// chunkRecorder is a connection's writer whose ReadFrom records each
+// source it gets and reads it to its end.
+type chunkRecorder struct{ seen *[]readFromCall }
+
+// readFromCall is one ReadFrom: its source and the bytes it read.
+type readFromCall struct {
+	r io.Reader
+	n int64
+}
+
+func (w chunkRecorder) Header() http.Header         { return http.Header{} }
+func (w chunkRecorder) WriteHeader(int)             {}
+func (w chunkRecorder) Write(p []byte) (int, error) { return len(p), nil }
+func (w chunkRecorder) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(io.Discard, r)
+	*w.seen = append(*w.seen, readFromCall{r, n})
+	return n, err
+}
