@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 func TestUnmarshalCacheDisk(t *testing.T) {
@@ -311,7 +312,7 @@ func TestDiskDirectoryRules(t *testing.T) {
 	if err := provision(t, handler(empty)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(empty, store.DiskMarkerName)); err != nil {
+	if _, err := os.Stat(filepath.Join(empty, disk.MarkerName)); err != nil {
 		t.Fatalf("no marker in the adopted directory: %v", err)
 	}
 	if err := provision(t, handler("off")); err != nil {

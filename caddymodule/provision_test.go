@@ -136,7 +136,7 @@ func TestSQLiteHandleShared(t *testing.T) {
 	}
 	old, neu := mk(), mk()
 	// Each handler has its own cache in front of the shared handle.
-	if old.store.Inner() != neu.store.Inner() {
+	if old.backend != neu.backend {
 		t.Fatal("two handlers on one file opened two handles")
 	}
 	if err := old.Cleanup(); err != nil {

@@ -206,9 +206,6 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 	return c
 }
 
-// Inner returns the wrapped store.
-func (c *Cached) Inner() Store { return c.inner }
-
 // SharedTimeout is the bound on every read a Lookup or Open shares
 // (CacheOptions.Timeout): a caller needs no timer of its own around them.
 func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
