@@ -171,7 +171,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 		// Every request GETs the record object and HEADs the bytes object at
 		// the real versitygw on loopback.
 		b.Run("record_uncached", func(b *testing.B) {
-			h.setStore(s3s)
+			h.setBareStore(s3s)
 			benchServeHTTP(b, h, target, http.StatusFound, 0)
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/syncular/caddy-syncular/compress"
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // The compress option: which content codings the answers may have
@@ -38,16 +37,13 @@ func compressPrefs(list []string) ([]compress.Coding, error) {
 	return prefs, nil
 }
 
-// provisionCompress resolves Compress (checkConfig checked it) and finds
-// the store's variants (the bytes cache).
+// provisionCompress resolves Compress (checkConfig checked it); the
+// store's cache keeps the variants.
 func (h *Handler) provisionCompress() error {
 	prefs, err := compressPrefs(h.Compress)
 	if err != nil {
 		return err
 	}
 	h.codings = prefs
-	if vs, ok := h.store.(store.VariantStore); ok && len(prefs) > 0 {
-		h.variants = vs
-	}
 	return nil
 }

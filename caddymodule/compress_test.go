@@ -202,7 +202,7 @@ func TestServeCompressOff(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if st := h.store.(*store.Cached).Stats().Variants; st.Made != 0 {
+	if st := h.store.Stats().Variants; st.Made != 0 {
 		t.Fatalf("compress off built %d variants", st.Made)
 	}
 	// With compression on but no bytes cache there is nothing to send
@@ -226,7 +226,7 @@ func TestServeFallbackCoding(t *testing.T) {
 	id := fs.add(body, pub("p1", digestA, testNow.Add(time.Hour)))
 	h := newCompressHandler(t, fs, nil) // prefers zstd, then gzip
 	url := "/sync/segments/" + id + "?st=" + mintToken(id, digestA, "aud:p1", testNow.Add(10*time.Minute))
-	c := h.store.(*store.Cached)
+	c := h.store
 
 	// Only gzip is asked for until its variant is held.
 	deadline := time.Now().Add(10 * time.Second)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/disk"
 )
 
 func TestUnmarshalCacheDisk(t *testing.T) {
@@ -235,8 +236,8 @@ func TestServeLargeUnusableDiskDirectory(t *testing.T) {
 
 // sendFile hands a complete disk file to the connection's ReadFrom
 // as the *io.LimitedReader over *os.File that sendfile needs (no idle
-// timeout writer in between); a short file is an error (the store's
-// Body.WriteTo checks the count: store.TestBodyWriteTo).
+// timeout writer in between); a short file is an error (sendBody checks
+// the count: TestSendBodyKinds).
 func TestCopyBodyShapes(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "seg")
 	if err != nil {
@@ -247,13 +248,12 @@ func TestCopyBodyShapes(t *testing.T) {
 	f.Seek(0, 0)
 	var seen io.Reader
 	w := readFromRecorder{seen: &seen}
-	lr := &io.LimitedReader{R: f, N: 100}
-	n, err := sendFile(w, lr)
+	n, err := sendFile(w, f, 0, 100)
 	if err != nil || n != 100 {
 		t.Fatalf("copied %d: %v", n, err)
 	}
-	if seen != lr {
-		t.Fatalf("ReadFrom got %T, want the disk tier's *io.LimitedReader", seen)
+	if lr, ok := seen.(*io.LimitedReader); !ok || lr.R != io.Reader(f) {
+		t.Fatalf("ReadFrom got %T, want an *io.LimitedReader over the file", seen)
 	}
 }
 
@@ -312,7 +312,7 @@ func TestDiskDirectoryRules(t *testing.T) {
 	if err := provision(t, handler(empty)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(empty, store.DiskMarkerName)); err != nil {
+	if _, err := os.Stat(filepath.Join(empty, disk.MarkerName)); err != nil {
 		t.Fatalf("no marker in the adopted directory: %v", err)
 	}
 	if err := provision(t, handler("off")); err != nil {

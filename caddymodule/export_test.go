@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -73,3 +74,28 @@ func usePresigner(tb testing.TB, h *Handler, s *store.S3) {
 // setSlotWait sets how long an answer past the SQLite stream cap waits
 // for a slot.
 func setSlotWait(h *Handler, d time.Duration) { h.slotWait = d }
+
+// setBareStore puts a cache that keeps nothing in front of st (a fake, or
+// a backend a test reads directly), so the handler holds the
+// *store.Cached it always has while every request still reaches st: no
+// record or bytes kept, no breaker that trips on a fake's faults, no
+// corrupt-bytes backoff, no refusal memo, each read bounded by
+// store_timeout. A bare store keeps no variants either: compression off.
+func (h *Handler) setBareStore(st store.Store) {
+	h.setStore(store.NewCached(st, store.CacheOptions{
+		Timeout:         time.Duration(h.StoreTimeout),
+		Now:             h.now,
+		BreakerFailures: math.MaxInt32,
+		CorruptBackoff:  time.Nanosecond,
+	}))
+	h.codings = nil
+}
+
+// setAnyStore is setStore for a cache and setBareStore for anything else.
+func (h *Handler) setAnyStore(st store.Store) {
+	if c, ok := st.(*store.Cached); ok {
+		h.setStore(c)
+		return
+	}
+	h.setBareStore(st)
+}

@@ -117,13 +117,10 @@ func tokenEndMs(exp float64, skew time.Duration) int64 {
 // refusal decided on a fresh record is remembered; one decided on rec
 // because the store cannot be read now is not.
 func (h *Handler) recheck(ctx context.Context, segID string, rec *store.Record, res store.GrantResult, claims *token.Claims, nowMs int64) (*store.Record, store.GrantResult) {
-	if h.memo != nil && h.memo.RefusedRecently(segID, rec, res.Reason) {
+	if h.store.RefusedRecently(segID, rec, res.Reason) {
 		return rec, res
 	}
-	if h.reval == nil {
-		return rec, res
-	}
-	fresh, ok, err := h.reval.Revalidate(ctx, segID, rec)
+	fresh, ok, err := h.store.Revalidate(ctx, segID, rec)
 	if err != nil {
 		return rec, res // the decision stands on rec, unremembered
 	}
@@ -131,8 +128,8 @@ func (h *Handler) recheck(ctx context.Context, segID string, rec *store.Record, 
 		rec = fresh
 		res = store.Grant(rec, claims.SD, claims.Aud, h.audience.Derive, nowMs)
 	}
-	if res.Outcome != store.Granted && h.memo != nil {
-		h.memo.RememberRefusal(segID, rec, res.Reason)
+	if res.Outcome != store.Granted {
+		h.store.RememberRefusal(segID, rec, res.Reason)
 	}
 	return rec, res
 }

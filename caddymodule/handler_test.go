@@ -138,7 +138,9 @@ func newTestHandler(t testing.TB, st store.Store, opts ...testOption) *Handler {
 	if err := h.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	h.setStore(st)
+	if st != nil {
+		h.setAnyStore(st)
+	}
 	return h
 }
 

@@ -349,9 +349,9 @@ func (h *Handler) provisionMetrics(ctx caddy.Context) error {
 	if h.Delivery == DeliveryRedirect {
 		h.metrics.withProxied(h.Store.Backend, len(h.Keys))
 	}
-	if s, ok := h.store.(scrapedStore); ok {
-		c.scrape.addCache(s, h.Store.Backend)
-		h.scraped = s
+	if h.store != nil {
+		c.scrape.addCache(h.store, h.Store.Backend)
+		h.scraped = h.store
 	}
 	if h.disk != nil {
 		c.scrape.addDisk(h.disk)

@@ -185,10 +185,9 @@ type Handler struct {
 	presigner *presign.S3Signer
 	cdn       *presign.CloudFrontSigner // cdn.go; nil: presigned bucket URLs
 	audience  token.Audience
-	store     store.Store
-	reval     store.Revalidator // the store's refusal re-read; nil: none
-	memo      store.RefusalMemo // the store's refusal memo; nil: none
-	// lookupBounded: the store bounds its own lookups (no timer needed).
+	backend   store.Store   // the configured store (SQLite, S3), set while provisioning
+	store     *store.Cached // the cache in front of backend: what requests read
+	// lookupBounded: the cache bounds its own lookups (no timer needed).
 	lookupBounded bool
 	poolKey       string          // set when the store came from the usage pool
 	diskKey       string          // the disk tier's key in diskPool ("" when off)
@@ -201,11 +200,10 @@ type Handler struct {
 	weakKeysOK bool
 
 	metrics     *handlerMetrics // nil: metrics disabled
-	scraped     scrapedStore    // the store's cache, reported at scrape time
+	scraped     *store.Cached   // the store's cache, reported at scrape time
 	scrapedDisk *store.DiskTier // the disk tier, reported at scrape time
 
-	codings  []compress.Coding  // Compress resolved; empty: off
-	variants store.VariantStore // the store's variants; nil: none
+	codings []compress.Coding // Compress resolved; empty: off
 
 	// streamLegacy: redirect delivery streams objects that carry a
 	// legacy record header (LegacyHeaders "stream").
@@ -329,9 +327,9 @@ func (h *Handler) checkLegacyHeaders() error {
 // every field may be nil.
 func (h *Handler) Cleanup() error {
 	h.cleanupMetrics()
-	key, st, dkey := h.poolKey, h.store, h.diskKey
+	key, st, be, dkey := h.poolKey, h.store, h.backend, h.diskKey
 	h.poolKey, h.diskKey = "", ""
-	if key == "" && st == nil && dkey == "" {
+	if key == "" && st == nil && be == nil && dkey == "" {
 		return nil
 	}
 	// On a reload Caddy cleans up the old config while its servers are
@@ -340,13 +338,15 @@ func (h *Handler) Cleanup() error {
 	var err error
 	done := make(chan struct{})
 	h.life.end(func() {
-		if c, ok := st.(*store.Cached); ok {
-			c.Stop() // its breaker's probe; the inner store may be shared
+		if st != nil {
+			st.Stop() // its breaker's probe; the inner store may be shared
 		}
 		if key != "" {
 			err = releaseSQLite(key)
 		} else if st != nil {
-			err = st.Close()
+			err = st.Close() // and backend, its inner store
+		} else if be != nil {
+			err = be.Close() // provisioning failed before the cache was built
 		}
 		if derr := releaseDisk(dkey); err == nil {
 			err = derr

@@ -119,7 +119,7 @@ func TestGraceKeepsServingHeldSegments(t *testing.T) {
 				t.Fatalf("grace unavailable counter moved by %v, want 1", got)
 			}
 			// Three failed calls so far (two lookups, one open): open.
-			if !h.store.(*store.Cached).BreakerOpen() {
+			if !h.store.BreakerOpen() {
 				t.Fatal("breaker still closed")
 			}
 			lookups, opens := fs.counts()
@@ -267,7 +267,7 @@ func TestReloadDuringOutageLeavesNoProbe(t *testing.T) {
 		for i := range store.DefaultBreakerFailures {
 			h.store.Lookup(context.Background(), fmt.Sprintf("sha256:%064x", i+1))
 		}
-		if !h.store.(*store.Cached).BreakerOpen() {
+		if !h.store.BreakerOpen() {
 			t.Fatal("breaker closed with the file gone")
 		}
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // Strong test keys (32 random bytes, generated once for these tests).
@@ -137,8 +136,7 @@ func TestSQLiteHandleShared(t *testing.T) {
 	}
 	old, neu := mk(), mk()
 	// Each handler has its own cache in front of the shared handle.
-	type wrapper interface{ Inner() store.Store }
-	if old.store.(wrapper).Inner() != neu.store.(wrapper).Inner() {
+	if old.backend != neu.backend {
 		t.Fatal("two handlers on one file opened two handles")
 	}
 	if err := old.Cleanup(); err != nil {

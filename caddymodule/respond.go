@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -149,7 +148,7 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 	// variant's ETag matches (every variant decodes to the same bytes).
 	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 && compress.MatchIfNoneMatch(g.segID, inm...) {
 		a.kind = answerNotModified
-		a.coding, _ = store.ServerOf(h.store).Coding(g.segID, codings)
+		a.coding, _ = h.store.Coding(g.segID, codings)
 		return a
 	}
 	size := g.rec.ByteLength
@@ -171,10 +170,10 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 	}
 	if r.Method == http.MethodHead {
 		a.head = true
-		a.coding, a.codedSize = store.ServerOf(h.store).Coding(g.segID, codings)
+		a.coding, a.codedSize = h.store.Coding(g.segID, codings)
 		return a
 	}
-	a.want = store.Want{Codings: codings, Off: a.br.off, N: a.br.n, Size: size, Wait: true, SendFile: sendFile}
+	a.want = store.Want{Codings: codings, Off: a.br.off, N: a.br.n, Size: size, Wait: true}
 	return a
 }
 
@@ -252,7 +251,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
 	start := time.Now()
 	d.tr.openAt = start
-	body, err := store.ServerOf(h.store).OpenBody(ctx, g.segID, a.want)
+	body, err := h.store.OpenBody(ctx, g.segID, a.want)
 	timedOut := !timer.Stop()
 	d.open = time.Since(start)
 	h.metrics.storeOp(opOpen, d.open)
@@ -283,14 +282,12 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	kind := kindOfTier(body.Tier())
 	h.markCache(w, d, kind)
 	w.WriteHeader(a.status)
-	var n int64
+	var stall time.Duration
+	var hard time.Time
 	if sqliteStream {
-		// Connection deadlines are wall-clock times: time.Now, not the
-		// handler's injected clock.
-		n, err = copyStalling(w, body, size, streamStallTimeout, serverWriteDeadline(r, start), time.Now)
-	} else {
-		n, err = body.WriteTo(w)
+		stall, hard = streamStallTimeout, serverWriteDeadline(r, start)
 	}
+	n, err := sendBody(w, body, stall, hard) // body.go
 	h.metrics.via(d.delivery).bytes(n)
 	h.metrics.cacheBytes(kind, n)
 	h.metrics.codedBytes(coding, n)
@@ -349,19 +346,7 @@ func (h *Handler) warnCorrupt(segID string, err error) {
 }
 
 // compressing reports whether this handler may send a coded answer.
-func (h *Handler) compressing() bool { return len(h.codings) > 0 && h.variants != nil }
-
-// sendFile is how a body writes a complete disk tier file
-// (store.Want.SendFile): through the response writers to sendfile(2)
-// (sendfile.go).
-func sendFile(w io.Writer, lr *io.LimitedReader) (int64, error) {
-	src, done := sendfileSource(w, lr)
-	defer done()
-	// w's ReadFrom, not io.Copy: a rawRange is an io.WriterTo that must
-	// reach the connection (not be asked to write itself to w), and not
-	// CopyN: its LimitedReader would hide the file.
-	return readFrom(w, src)
-}
+func (h *Handler) compressing() bool { return len(h.codings) > 0 }
 
 // setGrantHeaders sets the headers of every successful answer: the ETag
 // of the representation (compress.ETag), and a Cache-Control that lets

@@ -86,7 +86,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	if err != nil {
 		return err
 	}
-	h.store = s
+	h.backend = s
 	if err := h.checkS3(ctx, s); err != nil {
 		return err
 	}

@@ -6,13 +6,6 @@ import (
 	"github.com/syncular/caddy-syncular/store"
 )
 
-// scrapedStore is a store whose counters and flows are read at scrape
-// time (store.Cached).
-type scrapedStore interface {
-	Stats() store.CacheStats
-	Flow() store.FlowStats
-}
-
 // scrapeCollector is the one collector of the series read at scrape
 // time, summed over every live segment cache and disk tier (one process
 // may run several handlers, each with its own cache; a tier shared by
@@ -44,7 +37,7 @@ type scrapeCollector struct {
 	// without.
 	sqliteRecordReads, sqliteFillReads *prometheus.Desc
 
-	caches refSet[scrapedStore, string] // the value: the store's backend
+	caches refSet[*store.Cached, string] // the value: the store's backend
 	disks  refSet[*store.DiskTier, struct{}]
 }
 
@@ -111,10 +104,10 @@ func newScrapeCollector(prefix string) *scrapeCollector {
 // addCache starts reporting s (whose store is backend); removeCache
 // stops. Both count references, so one store shared by two handlers is
 // reported once; addDisk and removeDisk do the same for a disk tier.
-func (c *scrapeCollector) addCache(s scrapedStore, backend string) { c.caches.add(s, backend) }
-func (c *scrapeCollector) removeCache(s scrapedStore)              { c.caches.remove(s) }
-func (c *scrapeCollector) addDisk(d *store.DiskTier)               { c.disks.add(d, struct{}{}) }
-func (c *scrapeCollector) removeDisk(d *store.DiskTier)            { c.disks.remove(d) }
+func (c *scrapeCollector) addCache(s *store.Cached, backend string) { c.caches.add(s, backend) }
+func (c *scrapeCollector) removeCache(s *store.Cached)              { c.caches.remove(s) }
+func (c *scrapeCollector) addDisk(d *store.DiskTier)                { c.disks.add(d, struct{}{}) }
+func (c *scrapeCollector) removeDisk(d *store.DiskTier)             { c.disks.remove(d) }
 
 func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
@@ -139,7 +132,7 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	waiting := map[string]int64{backendSQLite: 0, backendS3: 0}
 	refused := map[string]int64{backendSQLite: 0, backendS3: 0}
 	var sq store.SQLiteReads
-	c.caches.each(func(s scrapedStore, backend string) {
+	c.caches.each(func(s *store.Cached, backend string) {
 		st := s.Stats()
 		sum.RecordHits += st.RecordHits
 		sum.RecordMisses += st.RecordMisses
@@ -255,5 +248,4 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 // Interface guards
 var (
 	_ prometheus.Collector = (*scrapeCollector)(nil)
-	_ scrapedStore         = (*store.Cached)(nil)
 )

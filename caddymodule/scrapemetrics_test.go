@@ -105,6 +105,6 @@ func TestScrapeCollectorFamilies(t *testing.T) {
 
 func countMembers(c *scrapeCollector) int {
 	n := 0
-	c.caches.each(func(scrapedStore, string) { n++ })
+	c.caches.each(func(*store.Cached, string) { n++ })
 	return n
 }

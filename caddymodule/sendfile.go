@@ -199,47 +199,37 @@ func wholeRangeOK(iw *caddyhttp.IdleTimeoutWriter) bool {
 	return iw.Ctrl != nil && iw.Deadline.Timeout > 0 && iw.Deadline.MinRate == 0 && !iw.ClearBetweenWrites
 }
 
-// sendfileSource returns the reader that takes the bytes of lr, a
-// complete disk tier file's reader (an *io.LimitedReader over an
-// *os.File at the range's start, N its length), to w with sendfile(2),
-// and the func to call once the copy has ended. Under an idle timeout
-// writer it is a fileRange (sent as one chunk under a progressDeadline
-// when wholeRangeOK); with no such writer (or not a file) lr itself,
-// which reaches the connection as it is.
-func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
-	f, ok := lr.R.(*os.File)
-	if !ok {
-		return lr, noop
-	}
+// sendfileSource returns the reader that takes the next n bytes of f, a
+// complete disk tier file positioned at the range's start, to w with
+// sendfile(2), and the func to call once the copy has ended. Under an
+// idle timeout writer it is a fileRange (sent as one chunk under a
+// progressDeadline when wholeRangeOK); with no such writer an
+// *io.LimitedReader over f, the shape net's sendfile path takes.
+func sendfileSource(w io.Writer, f *os.File, n int64) (io.Reader, func()) {
+	lr := &io.LimitedReader{R: f, N: n}
 	iws := idleWriters(w)
 	if len(iws) == 0 {
 		return lr, noop
 	}
-	if len(iws) == 1 && wholeRangeOK(iws[0]) && lr.N > 0 && lr.N <= math.MaxInt {
+	if len(iws) == 1 && wholeRangeOK(iws[0]) && n > 0 && n <= math.MaxInt {
 		iw := iws[0]
-		fr := newFileRange(f, lr.N, lr.N)
+		fr := newFileRange(f, n, n)
 		if fr == nil {
 			return lr, noop
 		}
 		fr.whole = true
-		prev := iw.MaxChunk
-		iw.MaxChunk = int(lr.N)
 		pd := startProgressDeadline(f, fr.pos, iw.Deadline.Timeout, iw.Deadline.HardDeadline, iw.Ctrl.SetWriteDeadline, time.Now)
-		if !rawSendfileOK || iw.ResponseWriterWrapper == nil {
-			return fr, func() {
-				pd.stop()
-				iw.MaxChunk = prev
-			}
-		}
+		var src io.Reader = fr
+		var raw *fileRange
 		// Raw sendfile(2) calls (sendfile_raw_linux.go): below the idle
 		// timeout writer, the source reaches the connection bare.
-		src := rawRange{fr}
-		inner := iw.ResponseWriterWrapper
-		iw.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: &rangeUnlimiter{ResponseWriter: inner, src: src}}
+		if rawSendfileOK && iw.ResponseWriterWrapper != nil {
+			src, raw = rawRange{fr}, fr
+		}
+		restore := oneChunk(iw, n, raw)
 		return src, func() {
 			pd.stop()
-			iw.ResponseWriterWrapper = inner
-			iw.MaxChunk = prev
+			restore()
 		}
 	}
 	chunk, _ := writeChunk(w)
@@ -250,6 +240,28 @@ func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
 }
 
 func noop() {}
+
+// oneChunk makes iw hand the next ReadFrom source on as one chunk of n
+// bytes, and, when raw is set, pass rawRange{raw} on bare to the writer
+// below it (rangeUnlimiter); restore puts iw back as it was. It is the
+// one place that reaches into Caddy's IdleTimeoutWriter (Caddy 2.11: its
+// exported MaxChunk, read by each ReadFrom, and the ResponseWriterWrapper
+// its ReadFrom writes through). No documented interface of the writer
+// chain reaches below that writer without also passing by the writers
+// above it (the access log's byte count): encode's io.ReaderFrom
+// forwarding keeps sendfile only down to it. A Caddy that changes
+// either field's meaning makes the answer go in chunks or through a copy:
+// TestOneChunk fails on the first, and integration's TestSendfileDiskTier
+// counts the sendfile(2) calls per answer through the real binary and
+// fails on either.
+func oneChunk(iw *caddyhttp.IdleTimeoutWriter, n int64, raw *fileRange) (restore func()) {
+	chunk, inner := iw.MaxChunk, iw.ResponseWriterWrapper
+	iw.MaxChunk = int(n)
+	if raw != nil {
+		iw.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: &rangeUnlimiter{ResponseWriter: inner, src: rawRange{raw}}}
+	}
+	return func() { iw.MaxChunk, iw.ResponseWriterWrapper = chunk, inner }
+}
 
 // progressDeadline pushes a connection's write deadline on while a file
 // descriptor's offset moves (see the top of this file).

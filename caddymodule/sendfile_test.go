@@ -64,7 +64,7 @@ func newSendfileServer(t *testing.T, path string, chunk int, minRate int64) *sen
 		outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
 		outer.Header().Set("Content-Length", strconv.FormatInt(n, 10))
 		outer.WriteHeader(http.StatusOK)
-		src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: n}) // as sendFile does
+		src, done := sendfileSource(outer, f, n) // as sendFile does
 		defer done()
 		fr := rangeOf(src)
 		k, err := readFrom(outer, src)
@@ -178,32 +178,26 @@ func rangeOf(src io.Reader) *fileRange {
 	return nil
 }
 
-// Without an idle timeout writer the disk tier's LimitedReader goes to
-// the connection as it is (the shape net's sendfile takes); so does a
-// LimitedReader of anything but a file. (Whether a body is a complete
-// file of its length is the store's: store.TestBodyWriteTo.)
+// Without an idle timeout writer the file goes to the connection as an
+// *io.LimitedReader over it (the shape net's sendfile takes). (Whether a
+// body is a range of a complete file is the store's: store.TestBodyKinds.)
 func TestSendfileSourceShapes(t *testing.T) {
 	f := segFile(t, 100, 'x', 10)
-	lr := &io.LimitedReader{R: f, N: 90}
-	source := func(w io.Writer, lr *io.LimitedReader) io.Reader {
-		src, done := sendfileSource(w, lr)
+	source := func(w io.Writer, n int64) io.Reader {
+		src, done := sendfileSource(w, f, n)
 		done()
 		return src
 	}
-	if src := source(httptest.NewRecorder(), lr); src != lr {
-		t.Fatalf("no idle timeout writer: %T, want the LimitedReader itself", src)
+	if lr, ok := source(httptest.NewRecorder(), 90).(*io.LimitedReader); !ok || lr.R != io.Reader(f) || lr.N != 90 {
+		t.Fatalf("no idle timeout writer: %+v, want a LimitedReader over the file", lr)
 	}
-	mem := &io.LimitedReader{R: bytes.NewReader(make([]byte, 90)), N: 90}
 	iw := &caddyhttp.IdleTimeoutWriter{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: httptest.NewRecorder()}}
 	rec := &caddyhttp.ResponseWriterWrapper{ResponseWriter: iw}
-	if src := source(rec, mem); src != mem {
-		t.Fatalf("not a file: %T, want the LimitedReader itself", src)
-	}
-	fr, ok := source(rec, lr).(*fileRange)
+	fr, ok := source(rec, 90).(*fileRange)
 	if !ok || fr.pos != 10 || fr.end != 100 || !fr.toEOF || fr.chunk != caddyhttp.DefaultMaxWriteChunk {
 		t.Fatalf("under an idle timeout writer: %+v", fr)
 	}
-	fr, ok = source(rec, &io.LimitedReader{R: f, N: 50}).(*fileRange)
+	fr, ok = source(rec, 50).(*fileRange)
 	if !ok || fr.toEOF {
 		t.Fatalf("a range ending before the file's end: %+v", fr)
 	}
@@ -268,7 +262,7 @@ func TestSendfileSourceWholeRange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f.Seek(1000, io.SeekStart)
 			outer := &caddyhttp.ResponseWriterWrapper{ResponseWriter: tc.iw}
-			src, done := sendfileSource(outer, &io.LimitedReader{R: f, N: 500_000})
+			src, done := sendfileSource(outer, f, 500_000)
 			fr := rangeOf(src)
 			if fr == nil {
 				t.Fatalf("%T, want a fileRange", src)
@@ -365,7 +359,7 @@ func newIdleServer(t *testing.T, path string, timeout time.Duration) *idleServer
 		defer iw.HandlerDone()
 		iw.Header().Set("Content-Length", strconv.FormatInt(fi.Size(), 10))
 		iw.WriteHeader(http.StatusOK)
-		n, err := sendFile(iw, &io.LimitedReader{R: f, N: fi.Size()})
+		n, err := sendFile(iw, f, 0, fi.Size())
 		if err == nil && n != fi.Size() {
 			err = fmt.Errorf("copied %d of %d bytes", n, fi.Size())
 		}
@@ -509,4 +503,71 @@ func TestRawRangeToNonSocketCopies(t *testing.T) {
 	if err != nil || n != 50_000-512 || buf.Len() != int(n) || fr.pos != 50_010 || fr.sent != 0 {
 		t.Fatalf("wrote %d (%v), buffer %d, offset %d, sent %d; want %d bytes copied, offset 50010", n, err, buf.Len(), fr.pos, fr.sent, 50_000-512)
 	}
+}
+
+// oneChunk is the one place that reaches into Caddy's IdleTimeoutWriter:
+// while it is in place the writer hands a whole range on as one chunk,
+// the raw range bare (not inside the writer's io.LimitedReader) to the
+// writer below it; restore puts the writer back. If a Caddy upgrade
+// changes how IdleTimeoutWriter.ReadFrom uses MaxChunk or its
+// ResponseWriterWrapper, this fails (and so does integration's
+// TestSendfileDiskTier, through the real binary).
+func TestOneChunk(t *testing.T) {
+	const n = 1 << 20
+	for _, raw := range []bool{false, true} {
+		f := segFile(t, n, 'x', 0)
+		fr := newFileRange(f, n, n)
+		fr.whole = true
+		var seen []readFromCall
+		below := &caddyhttp.ResponseWriterWrapper{ResponseWriter: chunkRecorder{seen: &seen}}
+		rec := httptest.NewRecorder()
+		iw := &caddyhttp.IdleTimeoutWriter{
+			ResponseWriterWrapper: below,
+			Ctrl:                  http.NewResponseController(rec),
+			Logger:                zap.NewNop(),
+		}
+		var src io.Reader = fr
+		var bare *fileRange
+		if raw {
+			src, bare = rawRange{fr}, fr
+		}
+		restore := oneChunk(iw, n, bare)
+		k, err := iw.ReadFrom(src)
+		restore()
+		if err != nil || k != n {
+			t.Fatalf("raw %v: %d of %d bytes: %v", raw, k, n, err)
+		}
+		if len(seen) == 0 || seen[0].n != n {
+			t.Fatalf("raw %v: the writer below got %+v, want the range as one chunk (then, at most, an empty one)", raw, seen)
+		}
+		if raw {
+			if _, ok := seen[0].r.(rawRange); !ok {
+				t.Fatalf("raw: the writer below got %T, want the rawRange bare", seen[0].r)
+			}
+		} else if lr, ok := seen[0].r.(*io.LimitedReader); !ok || lr.R != src {
+			t.Fatalf("the writer below got %T, want the fileRange inside the writer's chunk", seen[0].r)
+		}
+		if iw.MaxChunk != 0 || iw.ResponseWriterWrapper != below {
+			t.Fatalf("raw %v: not restored: chunk %d, wrapper %p (want %p)", raw, iw.MaxChunk, iw.ResponseWriterWrapper, below)
+		}
+	}
+}
+
+// chunkRecorder is a connection's writer whose ReadFrom records each
+// source it gets and reads it to its end.
+type chunkRecorder struct{ seen *[]readFromCall }
+
+// readFromCall is one ReadFrom: its source and the bytes it read.
+type readFromCall struct {
+	r io.Reader
+	n int64
+}
+
+func (w chunkRecorder) Header() http.Header         { return http.Header{} }
+func (w chunkRecorder) WriteHeader(int)             {}
+func (w chunkRecorder) Write(p []byte) (int, error) { return len(p), nil }
+func (w chunkRecorder) ReadFrom(r io.Reader) (int64, error) {
+	n, err := io.Copy(io.Discard, r)
+	*w.seen = append(*w.seen, readFromCall{r, n})
+	return n, err
 }

@@ -68,7 +68,7 @@ func (h *Handler) provisionSQLite() error {
 	p := val.(pooledSQLite)
 	p.logger.Store(h.logger)
 	h.poolKey = key
-	h.store = p.SQLite
+	h.backend = p.SQLite
 	return nil
 }
 

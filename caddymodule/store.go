@@ -74,21 +74,17 @@ func (h *Handler) provisionStore(ctx caddy.Context, repl *caddy.Replacer) error 
 	if opts.Disk, err = h.provisionDisk(); err != nil { // disktier.go
 		return err
 	}
-	h.setStore(store.NewCached(h.store, opts))
+	h.setStore(store.NewCached(h.backend, opts))
 	return nil
 }
 
-// setStore makes st the handler's store and resolves, once, what the
-// request path asks of it: whether it re-reads a record before a refusal
-// (store.Revalidator), and whether it bounds its own lookups (the cache: a hit
-// never waits, a miss waits on a shared read bounded by store_timeout),
-// so that the request path needs no timer around them.
-func (h *Handler) setStore(st store.Store) {
-	h.store = st
-	h.reval, _ = st.(store.Revalidator)
-	h.memo, _ = st.(store.RefusalMemo)
-	b, ok := st.(store.Bounded)
-	h.lookupBounded = ok && b.SharedTimeout() <= time.Duration(h.StoreTimeout)
+// setStore makes c the handler's store and resolves, once, whether it
+// bounds its lookups within store_timeout (a hit never waits, a miss
+// waits on a shared read bounded by the cache's timeout), so that the
+// request path needs no timer around them.
+func (h *Handler) setStore(c *store.Cached) {
+	h.store = c
+	h.lookupBounded = c.SharedTimeout() <= time.Duration(h.StoreTimeout)
 }
 
 // breakerLog logs the transitions of the store's breaker: a warning when

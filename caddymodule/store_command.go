@@ -270,22 +270,18 @@ func (in *storeInspection) run(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "delivery    %s (untokened requests: %s)\n", h.Delivery, h.Untokened)
 	fmt.Fprintf(w, "tokens      %d key(s), audience %s, skew %v\n", len(h.Keys), h.Audience.Kind, h.skew)
 
-	inner := h.store
-	if c, ok := inner.(*store.Cached); ok {
-		inner = c.Inner()
-	}
-	switch st := inner.(type) {
+	switch st := h.backend.(type) {
 	case *store.SQLite:
 		describeSQLite(ctx, w, st)
 	case *store.S3:
 		describeS3(ctx, w, st, in.segID)
 	default:
-		fmt.Fprintf(w, "backend     %T\n", inner)
+		fmt.Fprintf(w, "backend     %T\n", h.backend)
 	}
 	if in.segID == "" {
 		return nil
 	}
-	in.describeSegment(ctx, w, h, inner)
+	in.describeSegment(ctx, w, h, h.backend)
 	if in.target == "" {
 		return nil
 	}

@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -154,47 +153,6 @@ func (h *Handler) overloaded(w http.ResponseWriter, d *decision) {
 func (h *Handler) refuseOverloaded(w http.ResponseWriter, d *decision, msg string) {
 	w.Header().Set("Retry-After", strconv.Itoa(1+h.jitter(overloadRetrySpread)))
 	d.refuse(w, errOverloaded, msg)
-}
-
-// copyStalling writes n bytes of body to w like io.CopyN, and ends with
-// an error when the client takes no byte for stall: the write deadline is
-// renewed before every write, never past the server's own write timeout
-// (hard, zero: none). Where the connection has no deadlines (the writer
-// does not support them) it is io.CopyN.
-func copyStalling(w http.ResponseWriter, body io.Reader, n int64, stall time.Duration, hard time.Time, now func() time.Time) (int64, error) {
-	rc := http.NewResponseController(w)
-	deadline := func() time.Time {
-		d := now().Add(stall)
-		if !hard.IsZero() && hard.Before(d) {
-			d = hard
-		}
-		return d
-	}
-	if err := rc.SetWriteDeadline(deadline()); err != nil {
-		return io.CopyN(w, body, n)
-	}
-	defer rc.SetWriteDeadline(hard) // the server's own bound again
-	buf := make([]byte, min(int64(streamCopyBuffer), max(n, 1)))
-	var written int64
-	for written < n {
-		want := min(int64(len(buf)), n-written)
-		m, rerr := io.ReadFull(body, buf[:want])
-		if m > 0 {
-			_ = rc.SetWriteDeadline(deadline())
-			k, werr := w.Write(buf[:m])
-			written += int64(k)
-			if werr != nil {
-				return written, werr
-			}
-		}
-		if rerr != nil {
-			if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
-				rerr = io.ErrUnexpectedEOF
-			}
-			return written, rerr
-		}
-	}
-	return written, nil
 }
 
 // serverWriteDeadline is when the server's write timeout ends the

@@ -65,18 +65,18 @@ func TestSQLiteStreamCap(t *testing.T) {
 
 func (e errBody) retryableTrue() bool { return e.Retryable != nil && *e.Retryable }
 
-// TestCopyStallingCutsAStalledReader: a client that takes no bytes has its
+// TestCopyBodyCutsAStalledReader: a client that takes no bytes has its
 // response cut after the stall timeout (the write fails with a timeout),
 // while one that reads gets every byte though the whole transfer lasts
 // longer than the stall timeout.
-func TestCopyStallingCutsAStalledReader(t *testing.T) {
+func TestCopyBodyCutsAStalledReader(t *testing.T) {
 	const stall = 2 * time.Second
 	body := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB: more than the socket buffers hold
 	done := make(chan error, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", fmt.Sprint(len(body)))
 		w.WriteHeader(200)
-		n, err := copyStalling(w, bytes.NewReader(body), int64(len(body)), stall, time.Time{}, time.Now)
+		n, err := copyBody(w, bytes.NewReader(body), int64(len(body)), stall, time.Time{}, time.Now)
 		if err == nil && n != int64(len(body)) {
 			err = fmt.Errorf("wrote %d of %d", n, len(body))
 		}

@@ -47,14 +47,10 @@ var recordSources = [...]string{store.RecordStore: "store", store.RecordMemory: 
 // the record cache, this request's store read, or another's, or a record
 // kept through a store outage (grace, outage.go in store).
 func (h *Handler) lookupRecord(ctx context.Context, segID string, d *decision) (*store.Record, error) {
-	if rs, ok := h.store.(store.RecordSourcer); ok {
-		rec, src, err := rs.LookupFrom(ctx, segID)
-		d.tr.record = src
-		d.grace = src == store.RecordGrace
-		return rec, err
-	}
-	d.tr.record = store.RecordStore
-	return h.store.Lookup(ctx, segID)
+	rec, src, err := h.store.LookupFrom(ctx, segID)
+	d.tr.record = src
+	d.grace = src == store.RecordGrace
+	return rec, err
 }
 
 // startTrace notes the request's context when its span is recording.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"sync/atomic"
 )
 
 // Builds is the one budget of variant encodes from complete identity
@@ -19,8 +18,6 @@ var Builds = NewBudget(max(1, runtime.GOMAXPROCS(0)/2))
 // NewBudget makes one.
 type Budget struct {
 	slots chan struct{}
-	// peak is the most slots ever taken at once (tests).
-	peak atomic.Int64
 }
 
 // NewBudget is a budget of n slots (at least one).
@@ -31,12 +28,6 @@ func NewBudget(n int) *Budget { return &Budget{slots: make(chan struct{}, max(1,
 func (b *Budget) TryAcquire() bool {
 	select {
 	case b.slots <- struct{}{}:
-		for n := int64(len(b.slots)); ; {
-			p := b.peak.Load()
-			if n <= p || b.peak.CompareAndSwap(p, n) {
-				break
-			}
-		}
 		return true
 	default:
 		return false
@@ -46,14 +37,8 @@ func (b *Budget) TryAcquire() bool {
 // Release gives a slot back.
 func (b *Budget) Release() { <-b.slots }
 
-// Cap is the number of slots.
-func (b *Budget) Cap() int { return cap(b.slots) }
-
 // InUse is the number of slots taken now.
 func (b *Budget) InUse() int { return len(b.slots) }
-
-// Peak is the most slots seen taken at once since the budget was made.
-func (b *Budget) Peak() int { return int(b.peak.Load()) }
 
 // ContextReader reads r until ctx ends, in reads of at most 256 KiB so
 // an encode or a verification notices a timeout or a close within one

@@ -1,5 +1,5 @@
 // Package compress holds the edge's content codings for segment bytes:
-// which coding a request accepts (NegotiateValues), how a variant is made
+// which coding a request accepts (AcceptedValues), how a variant is made
 // once per (segment, coding) and checked before it is kept
 // (EncodeBounded, Verify, Variant), when a variant is not worth keeping
 // (Worthwhile), and the ETags that tell the variants apart (ETag,
@@ -64,13 +64,15 @@ func ParseCoding(token string) (c Coding, ok bool) {
 
 func (c Coding) valid() bool { return c < numCodings }
 
-// NegotiateValues picks the coding for a response from the request's
-// Accept-Encoding field lines (r.Header.Values("Accept-Encoding")), read
-// as one comma-joined list without joining them, and the operator's
-// preference order (nil means DefaultPrefs). It reads the field per RFC
-// 9110 §12.5.3 and is deliberately conservative: a coding is sent only
-// when the request plainly accepts it, since a client that cannot decode
-// the answer treats it as a failed download.
+// AcceptedValues is every coding of prefs (nil: DefaultPrefs) that the
+// request's Accept-Encoding field lines (r.Header.Values
+// ("Accept-Encoding"), read as one comma-joined list without joining
+// them) accept, in prefs' order: the first is the answer's coding, the
+// others the ones a response may fall back to. nil when none is: the
+// answer is then Identity. It reads the field per RFC 9110 §12.5.3 and
+// is deliberately conservative: a coding is sent only when the request
+// plainly accepts it, since a client that cannot decode the answer
+// treats it as a failed download.
 //
 //   - Codings are matched case-insensitively; "x-gzip" counts as gzip;
 //     unknown codings (br, deflate, compress, ...) are ignored. Spaces and
@@ -88,29 +90,16 @@ func (c Coding) valid() bool { return c < numCodings }
 //     relative q: both decode to the same bytes, and the server's order
 //     (smaller, cheaper) is the better tie-breaker (RFC 9110 lets the
 //     server choose). Identity and unknown values in prefs are skipped.
-//   - Otherwise the answer is Identity: for a missing or empty header, and
+//   - Otherwise (nil) the answer is Identity: for a missing or empty header, and
 //     also when identity itself is refused ("identity;q=0", or "*;q=0"
 //     without identity) and no coding in prefs is acceptable. The handler
 //     should then send identity anyway rather than 406 (RFC 9110 §12.5.3
 //     permits either; every client decodes identity, and a 406 would read
 //     as a failed descriptor and a re-pull).
 //
-// NegotiateValues does not allocate.
-func NegotiateValues(values []string, prefs []Coding) Coding {
-	var a acceptance
-	a.reset()
-	for _, v := range values {
-		a.parse(v)
-	}
-	return a.choose(prefs)
-}
-
-// AcceptedValues is every coding of prefs (nil: DefaultPrefs) that the
-// Accept-Encoding field values accept, under Negotiate's rules, in prefs'
-// order: the first is Negotiate's answer, the others the ones a response
-// may fall back to. nil when none is. It is a sub-slice of prefs when the
-// accepted codings are adjacent in it (always for prefs of at most two
-// codings), so it does not allocate then; the caller must not modify it.
+// It is a sub-slice of prefs when the accepted codings are adjacent in it
+// (always for prefs of at most two codings), so it does not allocate
+// then; the caller must not modify it.
 func AcceptedValues(values []string, prefs []Coding) []Coding {
 	if prefs == nil {
 		prefs = defaultPrefs[:]

@@ -210,6 +210,15 @@ func TestSendfileDiskTier(t *testing.T) {
 			if counts["sendfile"] < perCase {
 				t.Fatalf("%d sendfile calls for %d answers: %v", counts["sendfile"], perCase, counts)
 			}
+			// One chunk per answer (caddymodule's oneChunk): a few calls
+			// of up to 2 MiB each (and the odd EAGAIN), where Caddy's
+			// idle timeout writer left to itself makes one or more per
+			// 64 KiB chunk. A Caddy upgrade that changes the writer's
+			// MaxChunk or its wrapped writer ends here.
+			if limit := perCase * (bodyBytes/(512<<10) + 8); counts["sendfile"] > limit {
+				t.Fatalf("%d sendfile calls for %d answers (limit %d; chunked by the idle timeout writer: ~%d): the answer no longer goes as one chunk: %v",
+					counts["sendfile"], perCase, limit, perCase*bodyBytes/(64<<10), counts)
+			}
 			// Per answer: the request read, the header write, the 512
 			// bytes net/http reads itself, the access log line, and for a
 			// range inside the file its tail (under 64 KiB: a few 32 KiB

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -207,11 +206,8 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 	return c
 }
 
-// Inner returns the wrapped store.
-func (c *Cached) Inner() Store { return c.inner }
-
 // SharedTimeout is the bound on every read a Lookup or Open shares
-// (CacheOptions.Timeout): Cached is Bounded.
+// (CacheOptions.Timeout): a caller needs no timer of its own around them.
 func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
 
 // CacheStats counts cache answers since the store was built.
@@ -386,41 +382,46 @@ var errNoRoom = errors.New("store: cache: no room")
 // cached and served to every concurrent caller), then the inner store,
 // streamed uncached.
 func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	rc, _, err := c.openTier(ctx, segmentID, off, n)
-	return rc, err
+	b, err := c.read(ctx, segmentID, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // openTier is Open, and says which tier answered (observe.go).
-func (c *Cached) openTier(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
-	mem, rc, t, err := c.read(ctx, segmentID, off, n)
-	if err == nil && rc == nil {
-		return newMemBody(mem), t, nil
+func (c *Cached) openTier(ctx context.Context, segmentID string, off, n int64) (*Body, Tier, error) {
+	b, err := c.read(ctx, segmentID, off, n)
+	if err != nil {
+		return nil, TierStore, err
 	}
-	return rc, t, err
+	return b, b.tier, nil
 }
 
-// read is openTier with a memory tier answer as the bytes themselves
-// (rc nil, no error): mem, the range of the cached segment.
-func (c *Cached) read(ctx context.Context, segmentID string, off, n int64) (mem []byte, rc io.ReadCloser, t Tier, err error) {
+// read opens [off, off+n) of segmentID through the tiers: a Body of the
+// tier that answered (Body.Tier), identity bytes.
+func (c *Cached) read(ctx context.Context, segmentID string, off, n int64) (*Body, error) {
 	if off < 0 {
-		return nil, nil, TierStore, fmt.Errorf("store: cache open: negative offset %d", off)
+		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
 	}
 	if b, t, ok, err := c.openMemory(ctx, segmentID); ok || err != nil {
 		if err != nil {
-			return nil, nil, t, err
+			return nil, err
 		}
-		return clamp(b, off, n), nil, t, nil
+		return memoryBody(clamp(b, off, n), t), nil
 	}
 	if size, ok := c.records.size(segmentID); ok {
-		rc, t, err := c.openLarge(ctx, segmentID, size, off, n) // tier.go
-		return nil, rc, t, err
+		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
 	}
 	if err := c.backingOff(segmentID); err != nil {
-		return nil, nil, TierStore, err
+		return nil, err
 	}
 	c.passThrough.Add(1)
-	rc, t, err = c.openInner(ctx, segmentID, off, n)
-	return nil, rc, t, err
+	rc, t, err := c.openInner(ctx, segmentID, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return streamBody(rc, t), nil
 }
 
 // openMemory serves segmentID from the bytes cache, filling it first when
@@ -572,28 +573,7 @@ func clamp(b []byte, off, n int64) []byte {
 	return b[off:end]
 }
 
-// sliceReader reads b[off:off+n] (n < 0: to the end), clamped to b.
-func sliceReader(b []byte, off, n int64) io.ReadCloser { return newMemBody(clamp(b, off, n)) }
-
-func newMemBody(b []byte) *memBody {
-	m := &memBody{b: b}
-	m.Reset(b)
-	return m
-}
-
-// memBody reads bytes of the memory tier (the cache's: never modified).
-type memBody struct {
-	bytes.Reader
-	b []byte
-}
-
-// Close does nothing: the bytes belong to the cache.
-func (m *memBody) Close() error { return nil }
-
 // Interface guards
 var (
-	_ Store       = (*Cached)(nil)
-	_ Revalidator = (*Cached)(nil)
-	_ Bounded     = (*Cached)(nil)
-	_ RefusalMemo = (*Cached)(nil)
+	_ Store = (*Cached)(nil)
 )

@@ -39,12 +39,6 @@ type groupCounters struct {
 	groupReads, groupRefreshed atomic.Int64
 }
 
-// GroupStats counts the group reads (RecordGroupReader.LookupGroup
-// calls) and the records they refreshed.
-func (c *Cached) GroupStats() (reads, refreshed int64) {
-	return c.groupReads.Load(), c.groupRefreshed.Load()
-}
-
 // lookupInner is the inner store's Lookup of segmentID for a read that
 // began at start, refreshing the cached records about to expire in the
 // same read when the store can (see above).

@@ -109,6 +109,11 @@ func (s *countingStore) Open(ctx context.Context, id string, off, n int64) (io.R
 
 func (s *countingStore) Close() error { return nil }
 
+// sliceReader reads b[off:off+n] (n < 0: to the end), clamped to b.
+func sliceReader(b []byte, off, n int64) io.ReadCloser {
+	return io.NopCloser(bytes.NewReader(clamp(b, off, n)))
+}
+
 func (s *countingStore) counts() (lookups, opens int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -23,9 +23,6 @@ type DiskStats = disk.Stats
 // DefaultDiskMaxBytes is a disk tier's budget when none is given.
 const DefaultDiskMaxBytes = disk.DefaultMaxBytes
 
-// DiskMarkerName is the file that marks a directory as a disk tier's.
-const DiskMarkerName = disk.MarkerName
-
 // NewDiskTier opens (or creates) the disk tier in opts.Dir.
 func NewDiskTier(opts DiskOptions) (*DiskTier, error) { return disk.New(opts) }
 

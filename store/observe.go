@@ -65,12 +65,6 @@ const (
 	RecordGrace
 )
 
-// RecordSourcer is a store that says where a Lookup's record came from
-// (Cached).
-type RecordSourcer interface {
-	LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error)
-}
-
 // diskTier is the tier of a handle the disk tier returned.
 func diskTier(h *disk.Handle) Tier {
 	switch {
@@ -174,7 +168,6 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 
 // Interface guards
 var (
-	_ RecordSourcer = (*Cached)(nil)
 	_ io.ReadCloser = (*countingBody)(nil)
 	_ io.Writer     = (*countingWriter)(nil)
 )

@@ -114,7 +114,7 @@ func TestOpenTierAndFlow(t *testing.T) {
 	if got := c.Flow().StoreReadBytes; got != want {
 		t.Fatalf("StoreReadBytes = %d, want %d (each segment read from the store once)", got, want)
 	}
-	b, err := Direct(cs).OpenBody(context.Background(), oid, Want{N: int64(len(other)), Size: int64(len(other))})
+	b, err := NewCached(cs, CacheOptions{}).OpenBody(context.Background(), oid, Want{N: int64(len(other)), Size: int64(len(other))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,3 +52,13 @@ func (c *TestClock) Add(d time.Duration) {
 
 // SQLitePathForTest is the store's file.
 func SQLitePathForTest(s *SQLite) string { return s.path }
+
+// GroupStats counts the group reads (RecordGroupReader.LookupGroup
+// calls) and the records they refreshed.
+func (c *Cached) GroupStats() (reads, refreshed int64) {
+	return c.groupReads.Load(), c.groupRefreshed.Load()
+}
+
+// ReadTransactions is how many read transactions answered lookups: with
+// a lock (Batches) or without (LockFree).
+func (st RecordReadStats) ReadTransactions() int64 { return st.Batches + st.LockFree }

@@ -100,10 +100,6 @@ type RecordReadStats struct {
 	LockFreeMiss int64 // lock-free reads that decided nothing (read again, or with a lock)
 }
 
-// ReadTransactions is how many read transactions answered lookups: with
-// a lock (Batches) or without (LockFree).
-func (st RecordReadStats) ReadTransactions() int64 { return st.Batches + st.LockFree }
-
 // RecordReadStats returns the counters.
 func (s *SQLite) RecordReadStats() RecordReadStats {
 	return RecordReadStats{SnapshotHits: s.rrHits.Load(), Batches: s.rrBatches.Load(), Batched: s.rrBatched.Load(),

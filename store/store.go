@@ -114,36 +114,6 @@ type Store interface {
 	Close() error
 }
 
-// Revalidator is a Store that may answer Lookup from memory (Cached). A
-// caller about to refuse a request on a record asks it for one at least as
-// new as a read started now, so a refusal is never decided on a stale
-// record. fresh is the new record and ok true when one was read; ok is
-// false when rec is already fresh (nothing was read) or the read failed
-// (err).
-type Revalidator interface {
-	Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error)
-}
-
-// RefusalMemo is a Revalidator that remembers, for a short window, the
-// refusals decided on records read from its backing store (Cached).
-type RefusalMemo interface {
-	// RefusedRecently reports whether a refusal for reason was decided on
-	// rec by a fresh read within the window: Revalidate may be skipped.
-	RefusedRecently(segmentID string, rec *Record, reason Reason) bool
-	// RememberRefusal records a refusal for reason decided on rec, read
-	// from the backing store for this request.
-	RememberRefusal(segmentID string, rec *Record, reason Reason)
-}
-
-// Bounded is a Store whose Lookup bounds every read of its backing store
-// by a timeout of its own (Cached: a miss waits on a shared read, detached
-// from the caller, that runs out after SharedTimeout), so a caller needs
-// no timer of its own around Lookup.
-type Bounded interface {
-	// SharedTimeout is the bound (> 0).
-	SharedTimeout() time.Duration
-}
-
 // RecordGroupReader is a Store that can read other records in the same
 // read as the one asked for (SQLite in a rollback journal: one SHARED
 // lock for all of them, instead of one each). Cached uses it to refresh

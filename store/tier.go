@@ -28,11 +28,11 @@ type blobCopier interface {
 
 // openLarge serves [off, off+n) of a segment of size bytes that the
 // memory tier does not serve.
-func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (io.ReadCloser, Tier, error) {
+func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (*Body, error) {
 	// Bytes that failed verification are not read again for a while
 	// (outage.go), whatever the tier that would read them.
 	if err := c.backingOff(segmentID); err != nil {
-		return nil, TierStore, err
+		return nil, err
 	}
 	if d := c.opts.Disk; d != nil {
 		h, err := d.Get(ctx, segmentID, size, c.diskSource(ctx, segmentID))
@@ -44,16 +44,16 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 				rc, _, err := c.openInner(ctx, segmentID, at, -1) // behind the breaker
 				return rc, err
 			})
-			r, err := h.Reader(ctx, min(off, size), n)
+			b, err := diskBody(ctx, h, t, min(off, size), n, c.endOf(segmentID))
 			if err != nil {
 				h.Close()
-				return nil, t, fmt.Errorf("store: disk tier: %w", err)
+				return nil, fmt.Errorf("store: disk tier: %w", err)
 			}
 			c.diskReads.Add(1)
 			if h.Hit() {
 				c.clearCorrupt(segmentID) // a complete file verified
 			}
-			return &diskBody{h: h, r: r, end: c.endOf(segmentID)}, t, nil
+			return b, nil
 		}
 		if !diskDeclined(err) {
 			// The fill failed before its first byte: the store's
@@ -61,18 +61,20 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 			// caller's, rather than one more store read each.
 			err = corruptErr(err)
 			c.verified(segmentID, err)
-			return nil, TierDiskFill, err
+			return nil, err
 		}
 	}
 	c.passThrough.Add(1)
 	rc, t, err := c.openInner(ctx, segmentID, off, n)
 	if err != nil {
-		return nil, t, err
+		return nil, err
 	}
+	b := streamBody(rc, t)
 	if off == 0 && (n < 0 || n >= size) {
-		return newVerifyReader(rc, segmentID, size, c.endOf(segmentID)), t, nil
+		v := newVerifyReader(rc, segmentID, size, c.endOf(segmentID))
+		b.r, b.closer, b.verified = v, v, true
 	}
-	return rc, t, nil
+	return b, nil
 }
 
 // endOf is the end hook of a verified read of segmentID (Cached.verified).
@@ -152,34 +154,6 @@ func (w *watchedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// diskBody reads a segment from the disk tier.
-type diskBody struct {
-	h   *disk.Handle
-	r   io.Reader
-	end func(error) // told once how the read ended (nil: verified); may be nil
-}
-
-func (b *diskBody) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil {
-		if err != io.EOF {
-			err = corruptErr(err)
-		}
-		if b.end != nil {
-			if err == io.EOF {
-				b.end(nil)
-			} else {
-				b.end(err)
-			}
-			b.end = nil
-		}
-	}
-	return n, err
-}
-
-// Close releases the file.
-func (b *diskBody) Close() error { return b.h.Close() }
-
 // verifyReader is segid.Reader with the store's errors: the whole body of
 // a segment (size bytes) streamed from a store ends cleanly (io.EOF) only
 // after its bytes hashed to the id and were exactly size long; every way
@@ -245,6 +219,5 @@ func (v *verifyReader) Close() error { return v.rc.Close() }
 
 // Interface guards
 var (
-	_ io.ReadCloser = (*diskBody)(nil)
 	_ io.ReadCloser = (*verifyReader)(nil)
 )

@@ -143,10 +143,8 @@ func TestTierFillsOnceAndServesFromDisk(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer body.Close()
-			if body.kind != bodyFile || body.file.N != int64(len(b)) || body.Tier() != TierDisk || body.Streamed() {
-				t.Fatalf("disk body: kind %d, tier %d, want a complete file (the sendfile shape)", body.kind, body.Tier())
-			} else if _, ok := body.file.R.(*os.File); !ok {
-				t.Fatalf("the file body reads %T, want *os.File", body.file.R)
+			if f, off := body.File(); body.Kind() != BodyFile || body.Size() != int64(len(b)) || f == nil || off != 0 || body.Tier() != TierDisk || body.Streamed() {
+				t.Fatalf("disk body: kind %d, tier %d, want a complete file (the sendfile shape)", body.Kind(), body.Tier())
 			}
 		})
 	}
@@ -249,14 +247,17 @@ func TestTierUnusableDirectoryStreams(t *testing.T) {
 func TestVerifyWholeRightBody(t *testing.T) {
 	b := randomBytes(100_000, 4)
 	want := Want{N: int64(len(b)), Size: int64(len(b))}
-	body := identityBody(io.NopCloser(bytes.NewReader(b)), TierStore, segID(b), want)
+	body := streamBody(io.NopCloser(bytes.NewReader(b)), TierStore)
+	identity(body, segID(b), want)
 	got, err := io.ReadAll(body)
 	if err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("read %d bytes: %v", len(got), err)
 	}
 	// A body already verified is not wrapped twice.
 	v := newVerifyReader(io.NopCloser(bytes.NewReader(b)), segID(b), int64(len(b)), nil)
-	if body := identityBody(v, TierStore, segID(b), want); body.r != io.Reader(v) {
+	vb := streamBody(v, TierStore)
+	vb.verified = true
+	if identity(vb, segID(b), want); vb.r != io.Reader(v) {
 		t.Fatal("a verified body was wrapped again")
 	}
 }

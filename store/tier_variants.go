@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"io"
 
 	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/store/disk"
@@ -17,7 +16,7 @@ import (
 // sendfile(2) like an identity file.
 
 // diskVariant is variant's step for the disk tier.
-func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, disk.VariantState) {
+func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (*Body, int64, disk.VariantState) {
 	d := c.opts.Disk
 	if d == nil {
 		return nil, 0, variantUnavailable
@@ -33,13 +32,17 @@ func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (io.ReadC
 	// A growing variant's reader waits for its encoder: under the
 	// request's context once the caller binds it (BindContext), else
 	// until the disk tier's fill timeout ends the build.
-	r, err := h.Reader(context.Background(), 0, -1)
+	t := TierDisk
+	if h.Growing() {
+		t = TierDiskFollow // a variant encoded as its segment is filled
+	}
+	b, err := diskBody(context.Background(), h, t, 0, -1, nil)
 	if err != nil {
 		h.Close()
 		return nil, 0, variantUnavailable
 	}
 	c.diskReads.Add(1)
-	return &diskBody{h: h, r: r}, h.Size(), st
+	return b, b.size, st
 }
 
 // variantStats adds the disk tier's variant counts to the memory tier's.
@@ -57,9 +60,8 @@ func (c *Cached) variantStats() VariantStats {
 // bindContext makes a body that follows a growing variant stop waiting
 // for more bytes when ctx ends (the request's context: a client that went
 // away). Call it before the first Read; other bodies ignore it.
-func bindContext(ctx context.Context, body io.Reader) {
-	b, ok := body.(*diskBody)
-	if !ok || !b.h.Growing() {
+func bindContext(ctx context.Context, b *Body) {
+	if b.h == nil || !b.h.Growing() {
 		return
 	}
 	if r, err := b.h.Reader(ctx, 0, -1); err == nil {

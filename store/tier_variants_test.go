@@ -55,8 +55,8 @@ func TestTierVariantsFromDisk(t *testing.T) {
 	if st != variantReady || size != int64(len(got)) {
 		t.Fatalf("hit: state %d size %d, want ready %d", st, size, len(got))
 	}
-	if vb := variantBody(rc, compress.Zstd, size); vb.kind != bodyFile || vb.file.N != size || vb.Tier() != TierDisk {
-		t.Fatalf("a disk variant body: kind %d, tier %d, want the sendfile shape of %d bytes", vb.kind, vb.Tier(), size)
+	if vb := rc; vb.Kind() != BodyFile || vb.Size() != size || vb.Tier() != TierDisk {
+		t.Fatalf("a disk variant body: kind %d, tier %d, want the sendfile shape of %d bytes", vb.Kind(), vb.Tier(), size)
 	}
 	rc.Close()
 	if _, st := awaitVariant(t, c, rid, compress.Gzip); st != variantNotWorth {

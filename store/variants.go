@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,12 +26,6 @@ const (
 	variantUnavailable = disk.VariantUnavailable
 	variantFollowing   = disk.VariantFollowing
 )
-
-// VariantStore is a store that keeps content-coded variants of its
-// segments (Cached): its answers may be coded.
-type VariantStore interface {
-	Server
-}
 
 // MobileRate is the client rate the wait for a build is weighed against:
 // 10 Mbit/s, in bytes per second.
@@ -163,7 +156,7 @@ func variantKey(segmentID string, c compress.Coding) string {
 // verified to decode to the segment, and kept in the bytes cache; a
 // large segment's is the disk tier's (tier_variants.go). Identity and
 // invalid codings are variantUnavailable.
-func (c *Cached) variant(segmentID string, coding compress.Coding) (io.ReadCloser, int64, disk.VariantState) {
+func (c *Cached) variant(segmentID string, coding compress.Coding) (*Body, int64, disk.VariantState) {
 	if coding != compress.Gzip && coding != compress.Zstd {
 		return nil, 0, variantUnavailable
 	}
@@ -173,7 +166,7 @@ func (c *Cached) variant(segmentID string, coding compress.Coding) (io.ReadClose
 	key := variantKey(segmentID, coding)
 	if b, ok := c.blobs.get(key); ok {
 		c.byteHits.Add(1)
-		return sliceReader(b, 0, -1), int64(len(b)), variantReady
+		return memoryBody(b, TierMemory), int64(len(b)), variantReady
 	}
 	if c.vt.isNotWorth(key) {
 		return nil, 0, variantNotWorth
@@ -265,4 +258,3 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 }
 
 // Interface guards
-var _ VariantStore = (*Cached)(nil)

@@ -79,15 +79,6 @@ type Claims struct {
 	payload string // the decoded payload text the claims were read from
 }
 
-// Raw returns the whole parsed payload object, extra members included.
-// Numbers are float64, arrays []any, objects map[string]any. It parses
-// the payload again on each call: verification itself never builds it.
-func (c *Claims) Raw() map[string]any {
-	v, _ := parseJSON(c.payload)
-	m, _ := v.(map[string]any)
-	return m
-}
-
 // Verifier checks tokens against a fixed set of keys. Its configuration
 // is immutable after construction (only its pool of scratch state
 // changes) and it is safe for concurrent use.

@@ -46,7 +46,8 @@ func (h *Handle) Growing() bool { return h.vf != nil }
 func (h *Handle) Hit() bool { return h.hit }
 
 // File returns the complete, verified file (positioned anywhere), or nil
-// while the handle reads a fill in progress. For http.ServeContent.
+// while the handle reads a fill in progress or a growing variant: the
+// store's Body of a file range (sendfile).
 func (h *Handle) File() *os.File {
 	if h.fill != nil || h.vf != nil {
 		return nil
