@@ -73,3 +73,12 @@ func usePresigner(tb testing.TB, h *Handler, s *store.S3) {
 // setSlotWait sets how long an answer past the SQLite stream cap waits
 // for a slot.
 func setSlotWait(h *Handler, d time.Duration) { h.slotWait = d }
+
+// setValidatingOnly makes Provision behave as under `caddy validate` (or
+// not) for the rest of the test.
+func setValidatingOnly(t *testing.T, v bool) {
+	t.Helper()
+	old := validatingOnly
+	validatingOnly = func() bool { return v }
+	t.Cleanup(func() { validatingOnly = old })
+}
