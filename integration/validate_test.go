@@ -48,7 +48,8 @@ func TestValidateGolden(t *testing.T) {
 	}
 	s3 := s3test.Start(t)
 	s3.CreateBucket(t, "segs")
-	vars := strings.NewReplacer("{{DIR}}", dir, "{{CLOSED}}", fmt.Sprint(freePort(t)), "{{S3}}", s3.Endpoint)
+	closed := fmt.Sprint(freePort(t))
+	vars := strings.NewReplacer("{{DIR}}", dir, "{{CLOSED}}", closed, "{{S3}}", s3.Endpoint)
 
 	files, err := filepath.Glob(filepath.Join(src, "*.caddyfile"))
 	if err != nil || len(files) == 0 {
@@ -57,7 +58,7 @@ func TestValidateGolden(t *testing.T) {
 	secrets := []string{"seg-key-current-0123", "seg-key-previous-4567", "audience-key-89ab", s3.SecretKey, strings.TrimPrefix(fileKey, "hex:")}
 	env := append(os.Environ(),
 		"SEG_KEY="+secrets[0], "SEG_KEY_OLD="+secrets[1], "AUD_KEY="+secrets[2],
-		"S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey,
+		"S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey, "S3_CLOSED_ENDPOINT=http://127.0.0.1:"+closed,
 		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"), "HOME="+dir)
 
 	seen := map[string]bool{}
@@ -116,12 +117,21 @@ func TestValidateGolden(t *testing.T) {
 					t.Fatalf("want failure with %q, got success:\n%s", want, msgs)
 				}
 				for _, w := range want {
-					if !strings.Contains(msgs, w) {
+					if not, ok := strings.CutPrefix(w, "!"); ok {
+						if strings.Contains(msgs, not) {
+							t.Errorf("output contains %q:\n%s", not, msgs)
+						}
+					} else if !strings.Contains(msgs, w) {
 						t.Errorf("output lacks %q:\n%s", w, msgs)
 					}
 				}
 			})
 		}
+	}
+	// Validating a config with a disk tier checked its directory without
+	// creating it (disk_validate_creates_nothing.caddyfile).
+	if _, err := os.Stat(filepath.Join(dir, "newdisk")); !os.IsNotExist(err) {
+		t.Errorf("caddy validate created the disk tier's directory: %v", err)
 	}
 	var stale []string
 	for k := range golden {
