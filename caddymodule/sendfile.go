@@ -225,7 +225,7 @@ func sendfileSource(w io.Writer, lr *io.LimitedReader) (io.Reader, func()) {
 		prev := iw.MaxChunk
 		iw.MaxChunk = int(lr.N)
 		pd := startProgressDeadline(f, fr.pos, iw.Deadline.Timeout, iw.Deadline.HardDeadline, iw.Ctrl.SetWriteDeadline, time.Now)
-		if !rawSendfileOK || iw.ResponseWriterWrapper == nil {
+		if !rawSendfileOK || !rawSendfileOn() || iw.ResponseWriterWrapper == nil { // rawSendfileOn: switches.go
 			return fr, func() {
 				pd.stop()
 				iw.MaxChunk = prev
