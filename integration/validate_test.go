@@ -194,7 +194,7 @@ func logMessages(out []byte) string {
 }
 
 // TestReloadRejectsUnreachableBucket: with verify_store_on_start (the
-// default) a reload to a config whose bucket does not answer is refused
+// default) a reload to a config whose bucket does not exist is refused
 // and the running config keeps serving; with verify_store_on_start false
 // the same config loads (and the store faults are 503s).
 func TestReloadRejectsUnreachableBucket(t *testing.T) {
@@ -227,8 +227,8 @@ http://127.0.0.1:{{PORT}} {
 	}
 	c := startCaddy(t, site("segs", ""), "SEG_KEY="+randKey(t), "S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey)
 	err := c.Reload(site("no-such-bucket", ""))
-	if err == nil || !strings.Contains(err.Error(), "unreachable at start") {
-		t.Fatalf("reload to an unreachable bucket: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "bucket not found (check bucket, endpoint and region) at start") {
+		t.Fatalf("reload to a missing bucket: %v", err)
 	}
 	seg := "/segments/sha256:" + strings.Repeat("0", 64) + "?st=x.y"
 	if r := do(t, "GET", c.Base+seg, nil); r.Status != 403 {
@@ -244,7 +244,7 @@ http://127.0.0.1:{{PORT}} {
 	if r := do(t, "GET", c.Base+"/", nil); r.Status != 200 || string(r.Body) != "alive" {
 		t.Fatalf("after the warning-only reload: %d %s", r.Status, r.Body)
 	}
-	if !strings.Contains(c.Output(), "s3 store unreachable at start; serving anyway") {
+	if !strings.Contains(c.Output(), "s3 store bucket not found (check bucket, endpoint and region) at start; serving anyway") {
 		t.Errorf("no start-up warning in the log:\n%s", c.Output())
 	}
 }
