@@ -40,7 +40,8 @@ func (h *Handler) notePrefix(ctx context.Context, s *store.S3) {
 		zap.String("bucket", s.Bucket()), zap.String("prefix", s.Prefix()), zap.String("listed", s.Prefix()+"seg/"))
 }
 
-// logProvisioned records the module's version at debug level.
+// logProvisioned records the module's version at debug level, and
+// whether the build stamped it (else it is the build information's).
 func (h *Handler) logProvisioned() {
-	h.logger.Debug("provisioned", zap.String("version", moduleVersion()))
+	h.logger.Debug("provisioned", zap.String("version", moduleVersion()), zap.Bool("version_stamped", version.Version != ""))
 }
