@@ -68,7 +68,10 @@ func (h *Handler) provisionDisk() (*store.DiskTier, error) {
 		return nil, fmt.Errorf("cache disk %q: %w", dir, err)
 	}
 	if err := store.CheckDiskDir(abs); err != nil {
-		if errors.Is(err, store.ErrDiskForeignDir) || !h.diskBestEffort() {
+		if errors.Is(err, store.ErrDiskForeignDir) {
+			return nil, fmt.Errorf("cache disk %s: %w", abs, err)
+		}
+		if !h.diskBestEffort() {
 			return nil, fmt.Errorf("cache disk %s: %w; %s", abs, err, diskFix)
 		}
 		h.logger.Warn("disk tier directory unusable; serving large segments from the store until it is (disk_best_effort)",
