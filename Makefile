@@ -9,22 +9,39 @@ export SYNCULAR_CADDY_PLAIN := $(CURDIR)/bin/caddy-plain
 
 UNIT_PKGS := ./token/... ./segid/... ./presign/... ./store/... ./caddymodule/... ./compress/... ./internal/... ./cmd/... ./bench/...
 
-.PHONY: all caddy caddy-plain tools demo demo-s3 test vet unit race vectors integration fuzz bench clean
+.PHONY: all caddy caddy-plain tools demo demo-s3 test vet lint unit race vectors integration fuzz bench clean FORCE
 
 all: caddy
 
 tools:
 	scripts/tools.sh xcaddy versitygw
 
-## caddy: build bin/caddy from xcaddy.json (Caddy + this module from the working tree)
-caddy:
+## caddy: build bin/caddy from xcaddy.json (Caddy + this module from the working tree),
+## only when an input changed: a Go source, go.mod/go.sum, xcaddy.json or the version
+caddy: bin/caddy
+
+# The inputs of bin/caddy: every non-test Go file of the module (the
+# module has no embedded files), the module files, the manifest, and
+# bin/.version, which is rewritten only when scripts/version.sh's answer
+# changes (a commit, a tag, a tree turning dirty), so the stamped version
+# never lags behind the checkout.
+CADDY_INPUTS := $(shell find . -name '*.go' ! -name '*_test.go' ! -path './.tools/*' ! -path './bin/*' ! -path './.demo/*') go.mod go.sum xcaddy.json
+
+bin/.version: FORCE
+	@mkdir -p bin; v=$$(scripts/version.sh); [[ "$$(cat $@ 2>/dev/null)" == "$$v" ]] || echo "$$v" >$@
+
+bin/caddy: $(CADDY_INPUTS) bin/.version
 	scripts/tools.sh xcaddy
-	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -o bin/caddy
+	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -version "$$(cat bin/.version)" -o $@
+	@touch $@
 
 ## caddy-plain: stock Caddy of the same version, for side-by-side benchmarks
-caddy-plain:
+caddy-plain: bin/caddy-plain
+
+bin/caddy-plain: xcaddy.json
 	scripts/tools.sh xcaddy
-	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -plain -o bin/caddy-plain
+	$(GO) run ./internal/tools/buildcaddy -manifest xcaddy.json -plain -o $@
+	@touch $@
 
 ## demo: seed a SQLite store, run Caddy with the example config, print signed
 ## URLs, the metrics URL and an inspect command; keys in .demo/keys.env
@@ -40,11 +57,19 @@ demo-s3: caddy
 	$(GO) build -o bin/syncular-demo ./cmd/syncular-demo
 	bin/syncular-demo -s3
 
-## test: everything CI runs: vet, unit (with -race), vectors, fuzz smoke, integration
-test: vet unit fuzz integration
+## test: everything CI runs: vet, lint (staticcheck, go mod tidy), unit (with -race), vectors, fuzz smoke, integration
+test: vet lint unit fuzz integration
 
 vet:
 	$(GO) vet ./...
+
+# staticcheck, pinned in scripts/tools.sh; exceptions are //lint:ignore
+# comments that say why. go mod tidy -diff fails when go.mod or go.sum is
+# not what tidy would write.
+lint:
+	scripts/tools.sh staticcheck
+	.tools/bin/staticcheck ./...
+	$(GO) mod tidy -diff
 
 # Unit tests of the S3 store run against a real versitygw, and the bench's nginx
 # peer is tested against a real nginx (Debian's, installed when missing).

@@ -45,11 +45,22 @@ type CacheConfig struct {
 	// (files are re-hashed before their first use). The directory must
 	// be the tier's own: missing (it is created), empty, or marked by the
 	// tier (.syncular-disk-tier); one holding other files, and system
-	// directories (/, /etc, /var, /tmp, $HOME ...), fail the config. An
-	// unusable directory (not creatable, read-only, full) is a warning,
-	// and the segments then stream from the store. "off" disables the
-	// tier. Default: <Caddy's data dir>/syncular/segments.
+	// directories (/, /etc, /var, /tmp, $HOME ...), fail the config. A
+	// directory named here that cannot be used (not creatable, not
+	// writable by the user Caddy runs as) fails the config too, naming
+	// the directory and the reason, unless DiskBestEffort is set. `caddy
+	// validate` runs the same checks and creates nothing. "off" disables
+	// the tier. Default: <Caddy's data dir>/syncular/segments, which is
+	// best effort (a warning, segments then stream from the store).
 	Disk string `json:"disk,omitempty"`
+
+	// DiskBestEffort turns an unusable disk directory into a warning: the
+	// edge starts, segments stream from the store while the directory
+	// cannot be used, and it is tried again every 30 s (a volume mounted
+	// late). A directory that is not the tier's own still fails. Default:
+	// false for a directory named in Disk (the config fails), true for
+	// the default directory.
+	DiskBestEffort bool `json:"disk_best_effort,omitempty"`
 
 	// Budget of the disk tier: complete files plus fills in progress,
 	// least recently used evicted first; a segment larger than it is not

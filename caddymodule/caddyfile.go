@@ -69,6 +69,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	        max_records <n>                            # default 10000
 //	        disk           <dir>|off                   # default <Caddy data dir>/syncular/segments
 //	        disk_max_bytes <size>                      # default 4GiB; 0 disables the disk tier
+//	        disk_best_effort                           # an unusable disk dir warns instead of failing the config
 //	    }
 //	}
 //
@@ -85,7 +86,7 @@ func (h *Handler) UnmarshalCaddyfile(disp *caddyfile.Dispenser) error {
 	return parseBlock(disp, 0, "", func(sub string) error {
 		parse, ok := subdirectives[sub]
 		if !ok {
-			return disp.Errf("unknown subdirective %q", sub)
+			return disp.Errf("unknown subdirective %q%s", sub, didYouMean(sub, keysOf(subdirectives)))
 		}
 		return parse(h, disp)
 	})
@@ -239,7 +240,7 @@ func parseAudience(h *Handler, disp *caddyfile.Dispenser) error {
 			h.Audience.Encoding = args[2]
 		}
 	default:
-		return disp.Errf("unknown audience rule %q (want template or hmac_sha256)", args[0])
+		return disp.Errf("unknown audience rule %q (want template or hmac_sha256)%s", args[0], didYouMean(args[0], []string{"template", "hmac_sha256"}))
 	}
 	return nil
 }
@@ -284,7 +285,7 @@ func parseStore(h *Handler, disp *caddyfile.Dispenser) error {
 			}
 			dst, ok := text[sub]
 			if !ok {
-				return disp.Errf("store s3: unknown subdirective %q", sub)
+				return disp.Errf("store s3: unknown subdirective %q%s", sub, didYouMean(sub, append(keysOf(text), "path_style")))
 			}
 			if !disp.AllArgs(dst) {
 				return disp.ArgErr()
@@ -292,7 +293,7 @@ func parseStore(h *Handler, disp *caddyfile.Dispenser) error {
 			return nil
 		})
 	default:
-		return disp.Errf("unknown store backend %q (want sqlite or s3)", disp.Val())
+		return disp.Errf("unknown store backend %q (want sqlite or s3)%s", disp.Val(), didYouMean(disp.Val(), []string{backendSQLite, backendS3}))
 	}
 }
 
@@ -316,7 +317,7 @@ func parseCDN(h *Handler, disp *caddyfile.Dispenser) error {
 	return parseBlock(disp, disp.Nesting(), "cdn cloudfront: ", func(sub string) error {
 		dst, ok := text[sub]
 		if !ok {
-			return disp.Errf("cdn cloudfront: unknown subdirective %q", sub)
+			return disp.Errf("cdn cloudfront: unknown subdirective %q%s", sub, didYouMean(sub, keysOf(text)))
 		}
 		if !disp.AllArgs(dst) {
 			return disp.ArgErr()
@@ -324,6 +325,9 @@ func parseCDN(h *Handler, disp *caddyfile.Dispenser) error {
 		return nil
 	})
 }
+
+// cacheSubdirectives are the lines of the cache block, for didYouMean.
+var cacheSubdirectives = []string{"disk", "disk_best_effort", "disk_max_bytes", "max_bytes", "max_entry", "max_records", "record_ttl"}
 
 // parseCache parses the cache block (syntax on UnmarshalCaddyfile).
 func parseCache(h *Handler, disp *caddyfile.Dispenser) error {
@@ -336,6 +340,11 @@ func parseCache(h *Handler, disp *caddyfile.Dispenser) error {
 		switch sub {
 		case "disk", "disk_max_bytes":
 			return parseDiskSub(disp, c, sub)
+		case "disk_best_effort":
+			if disp.NextArg() {
+				return disp.ArgErr()
+			}
+			c.DiskBestEffort = true
 		case "max_bytes", "max_entry":
 			v, err := oneArg(disp)
 			if err != nil {
@@ -373,7 +382,7 @@ func parseCache(h *Handler, disp *caddyfile.Dispenser) error {
 			}
 			c.MaxRecords = &n
 		default:
-			return disp.Errf("cache: unknown subdirective %q", sub)
+			return disp.Errf("cache: unknown subdirective %q%s", sub, didYouMean(sub, cacheSubdirectives))
 		}
 		return nil
 	})
@@ -463,7 +472,7 @@ func oneOf(disp *caddyfile.Dispenser, msg string, allowed ...string) (string, er
 			return v, nil
 		}
 	}
-	return "", disp.Errf("%s, not %q", msg, v)
+	return "", disp.Errf("%s, not %q%s", msg, v, didYouMean(v, allowed))
 }
 
 // parseDuration parses the subdirective's single duration argument,

@@ -53,8 +53,11 @@ func (p pooledDisk) Destruct() error { return p.DiskTier.Close() }
 
 // provisionDisk returns the disk tier for h's cache config (nil when it
 // is off). A directory that is not the tier's (not empty, no marker) fails
-// the config; an unusable one (not creatable, read-only, full) is only a
-// warning and a bypass at request time.
+// the config, and so does one that cannot be used (not creatable, not
+// writable) unless the tier is best effort (diskBestEffort); a best-effort
+// tier warns and bypasses itself at request time. While Caddy only
+// validates, the directory is checked and not opened, so validating
+// creates nothing on disk.
 func (h *Handler) provisionDisk() (*store.DiskTier, error) {
 	dir := h.diskDir
 	if dir == "" {
@@ -63,6 +66,19 @@ func (h *Handler) provisionDisk() (*store.DiskTier, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("cache disk %q: %w", dir, err)
+	}
+	if err := store.CheckDiskDir(abs); err != nil {
+		if errors.Is(err, store.ErrDiskForeignDir) {
+			return nil, fmt.Errorf("cache disk %s: %w", abs, err)
+		}
+		if !h.diskBestEffort() {
+			return nil, fmt.Errorf("cache disk %s: %w; %s", abs, err, diskFix)
+		}
+		h.logger.Warn("disk tier directory unusable; serving large segments from the store until it is (disk_best_effort)",
+			zap.String("dir", abs), zap.Error(err))
+	}
+	if validatingOnly() {
+		return nil, nil
 	}
 	maxBytes := h.diskMaxBytes
 	key := "disk:" + strconv.FormatInt(maxBytes, 10) + ":" + abs
@@ -96,6 +112,16 @@ func (h *Handler) provisionDisk() (*store.DiskTier, error) {
 	h.diskKey = key
 	h.disk = p.DiskTier
 	return p.DiskTier, nil
+}
+
+// diskFix is how to mend a disk directory that fails the config.
+const diskFix = "create it and give it to the user Caddy runs as (the systemd unit in docs/production.md: StateDirectory), " +
+	"point cache disk at a directory that user may write, set disk off, or set disk_best_effort to start without the tier"
+
+// diskBestEffort reports whether an unusable disk directory only warns:
+// disk_best_effort, or the default directory (no cache.disk).
+func (h *Handler) diskBestEffort() bool {
+	return h.Cache == nil || h.Cache.Disk == "" || h.Cache.DiskBestEffort
 }
 
 // releaseDisk gives back the handler's share of its disk tier.

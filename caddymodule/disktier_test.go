@@ -319,3 +319,61 @@ func TestDiskDirectoryRules(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A disk directory named in the config that cannot be created fails
+// provisioning with the directory and the fix named, unless
+// disk_best_effort; `caddy validate` checks it the same way and creates
+// nothing, neither the directory nor its marker.
+func TestDiskDirectoryUnusableFails(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "sync.db")
+	w, err := seed.Create(db, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	handler := func(dir string, bestEffort bool) *Handler {
+		return &Handler{Keys: []string{strongKey}, Audience: &AudienceConfig{Kind: "template", Template: "aud:{partition}"},
+			Store: &StoreConfig{Backend: "sqlite", Path: db}, Cache: &CacheConfig{Disk: dir, DiskBestEffort: bestEffort}}
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(file, "segments")
+	err = provision(t, handler(bad, false))
+	if err == nil || !strings.Contains(err.Error(), "cache disk "+bad) || !strings.Contains(err.Error(), "is a file, not a directory") ||
+		!strings.Contains(err.Error(), "disk_best_effort") {
+		t.Fatalf("uncreatable directory: %v", err)
+	}
+	if err := provision(t, handler(bad, true)); err != nil {
+		t.Fatalf("disk_best_effort: %v", err)
+	}
+
+	setValidatingOnly(t, true)
+	fresh := filepath.Join(t.TempDir(), "a", "segments")
+	if err := provision(t, handler(fresh, false)); err != nil {
+		t.Fatalf("validating a creatable directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(fresh)); !os.IsNotExist(err) {
+		t.Fatalf("validating created %s: %v", filepath.Dir(fresh), err)
+	}
+	if err := provision(t, handler(bad, false)); err == nil || !strings.Contains(err.Error(), "cache disk "+bad) {
+		t.Fatalf("validating an uncreatable directory: %v", err)
+	}
+}
+
+func TestValidatingArgs(t *testing.T) {
+	for args, want := range map[string]bool{
+		"caddy validate --config x":            true,
+		"caddy adapt --config x --validate":    true,
+		"caddy adapt --config x":               false,
+		"caddy run --config x":                 false,
+		"caddy":                                false,
+		"caddy reload --config x --force":      false,
+		"caddy start --config validate --pidf": false,
+	} {
+		if got := validatingArgs(strings.Fields(args)); got != want {
+			t.Errorf("%q: %v, want %v", args, got, want)
+		}
+	}
+}

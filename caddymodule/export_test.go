@@ -99,3 +99,12 @@ func (h *Handler) setAnyStore(st store.Store) {
 	}
 	h.setBareStore(st)
 }
+
+// setValidatingOnly makes Provision behave as under `caddy validate` (or
+// not) for the rest of the test.
+func setValidatingOnly(t *testing.T, v bool) {
+	t.Helper()
+	old := validatingOnly
+	validatingOnly = func() bool { return v }
+	t.Cleanup(func() { validatingOnly = old })
+}

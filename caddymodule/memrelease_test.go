@@ -71,7 +71,9 @@ func TestStreamSlotsReleaseMemoryAfterOverload(t *testing.T) {
 
 	// Below the cap: streams come and go, nothing is scheduled.
 	for range 3 {
-		if !s.acquire(ctx, time.Second) || !s.acquire(ctx, time.Second) {
+		first := s.acquire(ctx, time.Second)
+		second := s.acquire(ctx, time.Second)
+		if !first || !second {
 			t.Fatal("a slot was refused below the cap")
 		}
 		s.release()

@@ -257,6 +257,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err := h.provisionCompress(); err != nil {
 		return err
 	}
+	h.logProvisioned() // provisionnotes.go
 	return h.provisionMetrics(ctx)
 }
 

@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -87,7 +89,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		return err
 	}
 	h.backend = s
-	if err := h.checkS3(ctx, s); err != nil {
+	if err := h.checkS3(ctx, s, cfg.Endpoint, cfg.Region); err != nil {
 		return err
 	}
 	if h.Delivery == DeliveryRedirect {
@@ -110,21 +112,56 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 // bucket fails the config, so `caddy validate` reports it and a reload
 // never replaces a working config with a broken one; with
 // verify_store_on_start false it is only a warning and the edge starts
-// (requests then answer 503 until the bucket is back).
-func (h *Handler) checkS3(ctx caddy.Context, s *store.S3) error {
+// (requests then answer 503 until the bucket is back). The message says
+// which failure it was (s3Failure) and names the endpoint dialled, its
+// placeholders expanded.
+func (h *Handler) checkS3(ctx caddy.Context, s *store.S3, endpoint, region string) error {
 	err := s.Check(ctx)
 	if err == nil {
+		h.notePrefix(ctx, s) // provisionnotes.go
 		return nil
 	}
-	where := fmt.Sprintf("bucket %q", s.Bucket())
-	if h.Store.S3.Endpoint != "" {
-		where += " at " + h.Store.S3.Endpoint
+	if endpoint == "" {
+		endpoint = "the AWS S3 endpoint of region " + region
+		if region == "" {
+			endpoint = "the AWS S3 endpoint of the SDK's region"
+		}
 	}
+	what := s3Failure(err)
 	if !h.verifyStore {
-		h.logger.Warn("s3 store unreachable at start; serving anyway (verify_store_on_start false)",
-			zap.String("bucket", s.Bucket()), zap.Error(err))
+		h.logger.Warn("s3 store "+what+" at start; serving anyway (verify_store_on_start false)",
+			zap.String("bucket", s.Bucket()), zap.String("endpoint", endpoint), zap.Error(err))
 		return nil
 	}
-	return fmt.Errorf("store s3: %s unreachable at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %w",
-		where, time.Duration(h.StoreTimeout), err)
+	return fmt.Errorf("store s3: bucket %q at %s: %s at start (checked with a %v timeout; set verify_store_on_start false to start anyway): %w",
+		s.Bucket(), endpoint, what, time.Duration(h.StoreTimeout), err)
+}
+
+// s3Failure tells the start-up check's failures apart, so that an
+// operator fixes the right thing: no answer at all (network, DNS, TLS:
+// "unreachable"), an answer refusing the credentials or their rights, a
+// bucket that does not exist, or another answer.
+func s3Failure(err error) string {
+	var se *store.S3Error
+	if !errors.As(err, &se) {
+		return "check failed"
+	}
+	switch {
+	case se.StatusCode == 0 && se.Reason == "no usable credentials":
+		return "no usable credentials (set access_key_id and secret_access_key, or the SDK's environment)"
+	case se.StatusCode == 0:
+		return "unreachable"
+	case se.Code == "NoSuchBucket":
+		return "bucket not found (check bucket, endpoint and region)"
+	case se.StatusCode == http.StatusForbidden || se.StatusCode == http.StatusUnauthorized || credentialCodes[se.Code]:
+		return "credentials refused (the endpoint answered; check access_key_id, secret_access_key and their rights to the bucket)"
+	}
+	return "answered the check with an error"
+}
+
+// credentialCodes are S3 error codes that refuse the request's
+// credentials or signature.
+var credentialCodes = map[string]bool{
+	"AccessDenied": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
+	"InvalidToken": true, "ExpiredToken": true, "InvalidSecurity": true, "AuthorizationHeaderMalformed": true,
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
+	"github.com/syncular/caddy-syncular/store"
 )
 
 // TestRedirectLegacyHeaders provisions redirect handlers against a real
@@ -145,6 +146,29 @@ func TestLegacyHeadersValidate(t *testing.T) {
 		err := h.Validate()
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("delivery %s legacy_headers %q: %v, want %q", tc.delivery, tc.legacy, err, tc.want)
+		}
+	}
+}
+
+// The start-up check's failures are told apart: no answer at all is
+// "unreachable"; an answer refusing the credentials, or naming a missing
+// bucket, is not.
+func TestS3FailureClasses(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&store.S3Error{Reason: "connection refused"}, "unreachable"},
+		{&store.S3Error{Reason: "dns lookup failed"}, "unreachable"},
+		{&store.S3Error{Reason: "no usable credentials"}, "no usable credentials"},
+		{&store.S3Error{StatusCode: 403, Code: "SignatureDoesNotMatch"}, "credentials refused"},
+		{&store.S3Error{StatusCode: 403, Code: "InvalidAccessKeyId"}, "credentials refused"},
+		{&store.S3Error{StatusCode: 400, Code: "ExpiredToken"}, "credentials refused"},
+		{&store.S3Error{StatusCode: 404, Code: "NoSuchBucket"}, "bucket not found"},
+		{&store.S3Error{StatusCode: 500, Code: "InternalError"}, "answered the check with an error"},
+	} {
+		if got := s3Failure(c.err); !strings.HasPrefix(got, c.want) {
+			t.Errorf("%v: %q, want %q", c.err, got, c.want)
 		}
 	}
 }

@@ -223,7 +223,7 @@ func sendfileSource(w io.Writer, f *os.File, n int64) (io.Reader, func()) {
 		var raw *fileRange
 		// Raw sendfile(2) calls (sendfile_raw_linux.go): below the idle
 		// timeout writer, the source reaches the connection bare.
-		if rawSendfileOK && iw.ResponseWriterWrapper != nil {
+		if rawSendfileOK && rawSendfileOn() && iw.ResponseWriterWrapper != nil { // rawSendfileOn: switches.go
 			src, raw = rawRange{fr}, fr
 		}
 		restore := oneChunk(iw, n, raw)

@@ -69,7 +69,7 @@ type slots struct {
 }
 
 func newStreamSlots(n, waiters int) streamSlots {
-	return &slots{ch: make(chan struct{}, n), maxWait: int32(waiters), mem: processMemRelease}
+	return &slots{ch: make(chan struct{}, n), maxWait: int32(waiters), mem: processMemReleaser()}
 }
 
 // tryAcquire takes a slot without waiting.

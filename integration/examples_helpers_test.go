@@ -119,7 +119,12 @@ type bucketSegment struct {
 	body []byte
 }
 
-// putSegments writes n random segments of size bytes the way current
+// examplePrefix is the S3 key prefix of the committed examples (their
+// SYNCULAR_S3_PREFIX default), the docs and the demo.
+const examplePrefix = "syncular/"
+
+// putSegments writes n random segments of size bytes under examplePrefix
+// the way current
 // reference writers do: the bytes object without metadata and the record
 // as a plain JSON object. (A bytes object with the legacy record header
 // is streamed, not redirected: protocol §5.2.)
@@ -130,8 +135,8 @@ func putSegments(t *testing.T, srv *s3test.Server, bucket, partition, digest str
 	for i := 0; i < n; i++ {
 		b := randomBytes(t, size)
 		id := s3test.SegmentID(b)
-		s3test.PutSegment(t, cl, bucket, "", b, "")
-		s3test.PutRecordObject(t, cl, bucket, "", id, record(id, len(b), partition, digest, time.Now().Add(time.Hour)))
+		s3test.PutSegment(t, cl, bucket, examplePrefix, b, "")
+		s3test.PutRecordObject(t, cl, bucket, examplePrefix, id, record(id, len(b), partition, digest, time.Now().Add(time.Hour)))
 		out = append(out, bucketSegment{id: id, body: b})
 	}
 	return out

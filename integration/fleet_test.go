@@ -158,7 +158,7 @@ func TestFleetExample(t *testing.T) {
 	gets := func() []int {
 		var n []int
 		for _, s := range segs {
-			n = append(n, srv.CountRequests(t, "s3_GetObject", s3test.ObjectKey("", s.id)))
+			n = append(n, srv.CountRequests(t, "s3_GetObject", s3test.ObjectKey(examplePrefix, s.id)))
 		}
 		return n
 	}

@@ -177,10 +177,7 @@ func startCaddyBin(t testing.TB, bin, tmpl string, env ...string) *caddyProc {
 }
 
 func (c *caddyProc) exited() bool {
-	if c.cmd.ProcessState != nil {
-		return true
-	}
-	return false
+	return c.cmd.ProcessState != nil
 }
 
 // Stop ends the process (SIGTERM, then SIGKILL after 10s).

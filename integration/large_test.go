@@ -32,7 +32,8 @@ import (
 // served from the file, whole, by Range, HEAD and 304; bytes that do not
 // match their id are never answered completely; memory stays flat with
 // many concurrent downloads; the tier survives a restart, evicts under
-// readers, and an unusable directory only costs a warning.
+// readers, and with disk_best_effort an unusable directory only costs a
+// warning (without it the config fails: testdata/validate).
 
 const largeSite = `{
 	admin 127.0.0.1:{{ADMIN}}
@@ -468,9 +469,10 @@ func TestLargeEvictionUnderReader(t *testing.T) {
 	}
 }
 
-// TestLargeUnwritableDiskDirectory: a disk directory that cannot exist
-// (under a regular file) still serves every request, streamed from the
-// store and verified, with a warning and a bypass metric.
+// TestLargeUnwritableDiskDirectory: with disk_best_effort, a disk
+// directory that cannot exist (under a regular file) still serves every
+// request, streamed from the store and verified, with a warning and a
+// bypass metric.
 func TestLargeUnwritableDiskDirectory(t *testing.T) {
 	const size = 24 << 20
 	big := pseudoRandom(size, 46)
@@ -480,7 +482,7 @@ func TestLargeUnwritableDiskDirectory(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := startLarge(t, sqlStore(path), "disk "+filepath.Join(file, "segments"), newKey32(t))
+	e := startLarge(t, sqlStore(path), "disk "+filepath.Join(file, "segments")+"\n\t\t\tdisk_best_effort", newKey32(t))
 	for range 2 {
 		st, got, n, _, err := fetch(e.url(id), nil)
 		if err != nil || st != 200 || got != id || n != size {

@@ -187,7 +187,7 @@ func TestProductionExample(t *testing.T) {
 			case "proxy":
 				checkSegmentS3(t, r, seg.id)
 			case "redirect":
-				if r.Status != 302 || !strings.HasPrefix(r.Header.Get("Location"), srv.Endpoint+"/segments/seg/sha256/") {
+				if r.Status != 302 || !strings.HasPrefix(r.Header.Get("Location"), srv.Endpoint+"/segments/"+examplePrefix+"seg/sha256/") {
 					t.Fatalf("granted redirect: %d Location %q", r.Status, r.Header.Get("Location"))
 				}
 				b := do(t, "GET", r.Header.Get("Location"), nil)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -99,4 +100,92 @@ func TestExampleTimeouts(t *testing.T) {
 	if d := time.Since(start); d < 5*time.Second {
 		t.Fatalf("connection closed after %v, before read_header could have expired: not the timeout", d)
 	}
+}
+
+// TestExamplesBareEnvAndTimeouts: every committed example config adapts
+// with no SYNCULAR_* variable set (its {$VAR:default}s and runtime
+// {env.*} placeholders are enough to adapt), every HTTP server it
+// defines has the four server timeouts (each example faces clients, or
+// sits behind a front that does), and every S3 store uses the prefix of
+// the docs and the demo (syncular/).
+func TestExamplesBareEnvAndTimeouts(t *testing.T) {
+	bin := caddyBinary(t)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SYNCULAR_") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "HOME="+t.TempDir())
+	n := 0
+	for _, ex := range exampleConfigs(t) {
+		if ex.lang != "caddyfile" {
+			continue // caddy.json is the production Caddyfile adapted (TestProductionJSONMatchesCaddyfile)
+		}
+		n++
+		t.Run(ex.where, func(t *testing.T) {
+			cmd := exec.Command(bin, "adapt", "--config", filepath.Join(repoRoot(t), ex.where), "--adapter", "caddyfile")
+			cmd.Env = env
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("adapt with no SYNCULAR_* set: %v\n%s", err, stderr.String())
+			}
+			var cfg struct {
+				Apps struct {
+					HTTP struct {
+						Servers map[string]map[string]any `json:"servers"`
+					} `json:"http"`
+				} `json:"apps"`
+			}
+			if err := json.Unmarshal(out, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			if len(cfg.Apps.HTTP.Servers) == 0 {
+				t.Fatal("no HTTP server")
+			}
+			for name, srv := range cfg.Apps.HTTP.Servers {
+				for _, k := range []string{"read_header_timeout", "read_timeout", "write_timeout", "idle_timeout"} {
+					if srv[k] == nil {
+						t.Errorf("server %s has no %s: set servers { timeouts { ... } } as Caddyfile.example does", name, k)
+					}
+				}
+			}
+			var raw any
+			if err := json.Unmarshal(out, &raw); err != nil {
+				t.Fatal(err)
+			}
+			for _, s3 := range s3Stores(raw) {
+				if s3["prefix"] != examplePrefix {
+					t.Errorf("S3 store of bucket %v has prefix %q, want %q (the docs' and demo's)", s3["bucket"], s3["prefix"], examplePrefix)
+				}
+			}
+		})
+	}
+	if n < 7 {
+		t.Fatalf("only %d example Caddyfiles found", n)
+	}
+}
+
+// s3Stores finds the "s3" objects of syncular_segments stores in an
+// adapted config.
+func s3Stores(v any) []map[string]any {
+	var out []map[string]any
+	switch v := v.(type) {
+	case map[string]any:
+		if v["backend"] == "s3" {
+			if s3, ok := v["s3"].(map[string]any); ok {
+				out = append(out, s3)
+			}
+		}
+		for _, c := range v {
+			out = append(out, s3Stores(c)...)
+		}
+	case []any:
+		for _, c := range v {
+			out = append(out, s3Stores(c)...)
+		}
+	}
+	return out
 }

@@ -48,7 +48,8 @@ func TestValidateGolden(t *testing.T) {
 	}
 	s3 := s3test.Start(t)
 	s3.CreateBucket(t, "segs")
-	vars := strings.NewReplacer("{{DIR}}", dir, "{{CLOSED}}", fmt.Sprint(freePort(t)), "{{S3}}", s3.Endpoint)
+	closed := fmt.Sprint(freePort(t))
+	vars := strings.NewReplacer("{{DIR}}", dir, "{{CLOSED}}", closed, "{{S3}}", s3.Endpoint)
 
 	files, err := filepath.Glob(filepath.Join(src, "*.caddyfile"))
 	if err != nil || len(files) == 0 {
@@ -57,7 +58,7 @@ func TestValidateGolden(t *testing.T) {
 	secrets := []string{"seg-key-current-0123", "seg-key-previous-4567", "audience-key-89ab", s3.SecretKey, strings.TrimPrefix(fileKey, "hex:")}
 	env := append(os.Environ(),
 		"SEG_KEY="+secrets[0], "SEG_KEY_OLD="+secrets[1], "AUD_KEY="+secrets[2],
-		"S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey,
+		"S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey, "S3_CLOSED_ENDPOINT=http://127.0.0.1:"+closed,
 		"XDG_CONFIG_HOME="+filepath.Join(dir, "config"), "XDG_DATA_HOME="+filepath.Join(dir, "data"), "HOME="+dir)
 
 	seen := map[string]bool{}
@@ -116,12 +117,21 @@ func TestValidateGolden(t *testing.T) {
 					t.Fatalf("want failure with %q, got success:\n%s", want, msgs)
 				}
 				for _, w := range want {
-					if !strings.Contains(msgs, w) {
+					if not, ok := strings.CutPrefix(w, "!"); ok {
+						if strings.Contains(msgs, not) {
+							t.Errorf("output contains %q:\n%s", not, msgs)
+						}
+					} else if !strings.Contains(msgs, w) {
 						t.Errorf("output lacks %q:\n%s", w, msgs)
 					}
 				}
 			})
 		}
+	}
+	// Validating a config with a disk tier checked its directory without
+	// creating it (disk_validate_creates_nothing.caddyfile).
+	if _, err := os.Stat(filepath.Join(dir, "newdisk")); !os.IsNotExist(err) {
+		t.Errorf("caddy validate created the disk tier's directory: %v", err)
 	}
 	var stale []string
 	for k := range golden {
@@ -184,7 +194,7 @@ func logMessages(out []byte) string {
 }
 
 // TestReloadRejectsUnreachableBucket: with verify_store_on_start (the
-// default) a reload to a config whose bucket does not answer is refused
+// default) a reload to a config whose bucket does not exist is refused
 // and the running config keeps serving; with verify_store_on_start false
 // the same config loads (and the store faults are 503s).
 func TestReloadRejectsUnreachableBucket(t *testing.T) {
@@ -217,8 +227,8 @@ http://127.0.0.1:{{PORT}} {
 	}
 	c := startCaddy(t, site("segs", ""), "SEG_KEY="+randKey(t), "S3_AK="+s3.AccessKey, "S3_SK="+s3.SecretKey)
 	err := c.Reload(site("no-such-bucket", ""))
-	if err == nil || !strings.Contains(err.Error(), "unreachable at start") {
-		t.Fatalf("reload to an unreachable bucket: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "bucket not found (check bucket, endpoint and region) at start") {
+		t.Fatalf("reload to a missing bucket: %v", err)
 	}
 	seg := "/segments/sha256:" + strings.Repeat("0", 64) + "?st=x.y"
 	if r := do(t, "GET", c.Base+seg, nil); r.Status != 403 {
@@ -234,7 +244,7 @@ http://127.0.0.1:{{PORT}} {
 	if r := do(t, "GET", c.Base+"/", nil); r.Status != 200 || string(r.Body) != "alive" {
 		t.Fatalf("after the warning-only reload: %d %s", r.Status, r.Body)
 	}
-	if !strings.Contains(c.Output(), "s3 store unreachable at start; serving anyway") {
+	if !strings.Contains(c.Output(), "s3 store bucket not found (check bucket, endpoint and region) at start; serving anyway") {
 		t.Errorf("no start-up warning in the log:\n%s", c.Output())
 	}
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the tools the build and tests need into .tools/bin (owned by this
 # repo, git-ignored), once per pinned version: a second run is a no-op.
-#   scripts/tools.sh [xcaddy] [versitygw] [hey] [vegeta] [chromium] [strace] [nginx]
+#   scripts/tools.sh [xcaddy] [versitygw] [staticcheck] [hey] [vegeta] [chromium] [strace] [nginx]
 #   (default: xcaddy versitygw)
 # chromium (headless browser tests), strace (the sendfile test counts the
 # edge's system calls) and nginx (a peer in the benchmark) are Debian's
@@ -15,6 +15,8 @@ XCADDY_VERSION=v0.4.5
 VERSITYGW_VERSION=v1.8.0
 HEY_VERSION=v0.1.4
 VEGETA_VERSION=v12.13.0
+# staticcheck 2026.2.2 is the module version v0.8.2 of honnef.co/go/tools.
+STATICCHECK_VERSION=v0.8.2
 
 install() { # name module version
 	local name=$1 mod=$2 ver=$3 stamp="$TOOLS/bin/.$1.version"
@@ -45,6 +47,7 @@ for t in "${want[@]}"; do
 	case "$t" in
 	xcaddy) install xcaddy github.com/caddyserver/xcaddy/cmd/xcaddy "$XCADDY_VERSION" ;;
 	versitygw) install versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION" ;;
+	staticcheck) install staticcheck honnef.co/go/tools/cmd/staticcheck "$STATICCHECK_VERSION" ;;
 	hey) install hey github.com/rakyll/hey "$HEY_VERSION" ;;
 	vegeta) install vegeta github.com/tsenart/vegeta/v12 "$VEGETA_VERSION" ;;
 	chromium) install_apt chromium chromium ;;

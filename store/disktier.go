@@ -30,3 +30,12 @@ func NewDiskTier(opts DiskOptions) (*DiskTier, error) { return disk.New(opts) }
 // refuses (extra adds more, such as the server's own data directory): the
 // tier removes files in its directory.
 func DiskSystemDir(dir string, extra ...string) bool { return disk.SystemDir(dir, extra...) }
+
+// CheckDiskDir reports, creating nothing, whether a disk tier could use
+// dir (disk.Check): used where opening it would leave files behind, such
+// as `caddy validate`.
+func CheckDiskDir(dir string) error { return disk.Check(dir) }
+
+// ErrDiskForeignDir matches the errors of a directory that is not the
+// disk tier's own (not empty and unmarked, or a system directory).
+var ErrDiskForeignDir = disk.ErrForeignDir

@@ -13,7 +13,6 @@ import (
 
 // manualTimers replaces the gate's timers: fire ends every wait started.
 type manualTimers struct {
-	mu sync.Mutex
 	ch chan time.Time
 }
 

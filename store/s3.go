@@ -309,6 +309,23 @@ func (s *S3) Check(ctx context.Context) error {
 	return nil
 }
 
+// HasSegments reports whether the prefix holds any segment object
+// ({prefix}seg/, written by both record layouts): one ListObjectsV2 of at
+// most one key, bounded by the store timeout. It needs s3:ListBucket,
+// which read-only credentials may lack; the error then says so (an
+// *S3Error) and the caller should not conclude anything.
+func (s *S3) HasSegments(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	prefix := s.prefix + "seg/"
+	out, err := s.client.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix, MaxKeys: aws.Int32(1)})
+	if err != nil {
+		e, _ := s3Classify("ListObjectsV2", prefix, err)
+		return false, e
+	}
+	return len(out.Contents) > 0, nil
+}
+
 // Close releases idle connections of the store's own HTTP client.
 func (s *S3) Close() error {
 	if s.owned != nil {

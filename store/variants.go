@@ -94,9 +94,6 @@ type VariantStats struct {
 // the same budget as identity bytes, builds in progress included.
 type variantTier struct {
 	builds flight[struct{}]
-	// slots bounds the builds running at once (half the CPUs, at least
-	// one), so encoding leaves CPU to the request path.
-	slots chan struct{}
 	// notWorth remembers (segment, coding) keys whose variant is not
 	// kept: incompressible, or rejected by Verify.
 	mu       sync.Mutex

@@ -15,7 +15,6 @@ const (
 
 type ttfbRound struct {
 	leader, followersMed, followersMax time.Duration
-	leaderTotal                        time.Duration
 	reads, followers                   int
 }
 

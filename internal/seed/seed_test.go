@@ -364,7 +364,8 @@ func TestWriterGen1RejectsGen3Calls(t *testing.T) {
 
 func TestPubKeyDeterministic(t *testing.T) {
 	p := store.Publication{Partition: "p", ScopeDigest: "d"}
-	if seed.PubKey(p) != seed.PubKey(p) || len(seed.PubKey(p)) != 64 {
+	first, second := seed.PubKey(p), seed.PubKey(p)
+	if first != second || len(first) != 64 {
 		t.Error("PubKey not a stable hex digest")
 	}
 	q := p

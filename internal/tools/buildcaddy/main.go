@@ -4,10 +4,16 @@
 // manifest); xcaddy then needs a placeholder version, or it asks the
 // module proxy for one and fails.
 //
-//	go run ./internal/tools/buildcaddy [-manifest xcaddy.json] [-xcaddy path] [-plain] -o bin/caddy
+//	go run ./internal/tools/buildcaddy [-manifest xcaddy.json] [-xcaddy path] [-plain] [-version v] -o bin/caddy
 //
 // -plain builds stock Caddy of the same version (no plugins), for
 // side-by-side benchmarks.
+//
+// -version (make caddy passes scripts/version.sh's output) replaces the
+// placeholder version of this module's local plugin, so
+// `caddy list-modules --versions` shows it, and stamps it into
+// internal/version.Version with -ldflags -X. Builds run with
+// -buildvcs=false, so nothing else records which commit was built.
 package main
 
 import (
@@ -17,7 +23,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 )
+
+// selfModule is this repository's module: the plugin -version applies to.
+const selfModule = "github.com/syncular/caddy-syncular"
+
+// defaultBuildFlags are the flags xcaddy uses when XCADDY_GO_BUILD_FLAGS
+// is unset; setting it (to add -X) replaces them, so they are repeated.
+const defaultBuildFlags = "-trimpath -tags nobadger,nomysql,nopgx"
 
 type manifest struct {
 	Xcaddy  string `json:"xcaddy"`
@@ -34,14 +48,19 @@ func main() {
 	xcaddy := flag.String("xcaddy", ".tools/bin/xcaddy", "xcaddy binary")
 	out := flag.String("o", "bin/caddy", "output binary")
 	plain := flag.Bool("plain", false, "build stock Caddy without plugins")
+	version := flag.String("version", "", "version of this module to stamp (default: the manifest's placeholder, unstamped)")
 	flag.Parse()
-	if err := run(*manPath, *xcaddy, *out, *plain); err != nil {
+	if *version != "" && !strings.HasPrefix(*version, "v") {
+		fmt.Fprintf(os.Stderr, "buildcaddy: -version %q: want a semantic version such as v0.1.0\n", *version)
+		os.Exit(2)
+	}
+	if err := run(*manPath, *xcaddy, *out, *plain, *version); err != nil {
 		fmt.Fprintln(os.Stderr, "buildcaddy:", err)
 		os.Exit(1)
 	}
 }
 
-func run(manPath, xcaddy, out string, plain bool) error {
+func run(manPath, xcaddy, out string, plain bool, version string) error {
 	raw, err := os.ReadFile(manPath)
 	if err != nil {
 		return err
@@ -62,8 +81,12 @@ func run(manPath, xcaddy, out string, plain bool) error {
 		base := filepath.Dir(manPath)
 		for _, p := range m.Plugins {
 			with := p.Module
-			if p.Version != "" {
-				with += "@" + p.Version
+			v := p.Version
+			if version != "" && p.Module == selfModule && p.Replace != "" {
+				v = version
+			}
+			if v != "" {
+				with += "@" + v
 			}
 			if p.Replace != "" {
 				dir, err := filepath.Abs(filepath.Join(base, p.Replace))
@@ -80,6 +103,11 @@ func run(manPath, xcaddy, out string, plain bool) error {
 	}
 	cmd := exec.Command(xcaddy, args...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if version != "" && !plain {
+		flags := fmt.Sprintf("-ldflags '-w -s -X %s/internal/version.Version=%s' %s", selfModule, version, defaultBuildFlags)
+		cmd.Env = append(os.Environ(), "XCADDY_GO_BUILD_FLAGS="+flags)
+		fmt.Fprintln(os.Stderr, "buildcaddy: XCADDY_GO_BUILD_FLAGS="+flags)
+	}
 	fmt.Fprintln(os.Stderr, "buildcaddy:", xcaddy, args)
 	return cmd.Run()
 }

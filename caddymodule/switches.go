@@ -1,0 +1,54 @@
+package caddymodule
+
+import (
+	"os"
+	"strings"
+)
+
+// Off switches for the module's two effects on the whole process. They
+// are environment variables, not Caddyfile settings, because they act on
+// the process, not on one handler (docs/operations.md, "Process-wide
+// switches"):
+//
+//	SYNCULAR_RAW_SENDFILE=off    whole-range disk tier answers go through
+//	                             Go's own sendfile path (net's ReadFrom)
+//	                             instead of raw sendfile(2) calls
+//	                             (sendfile_raw_linux.go): 10-25% more CPU
+//	                             per large answer, measured.
+//	SYNCULAR_MEMORY_RELEASE=off  no debug.FreeOSMemory after a crowd of
+//	                             SQLite streams leaves (memrelease.go): the
+//	                             crowd's memory stays with the process
+//	                             until the runtime's own collection and
+//	                             scavenger return it (minutes).
+//
+// "off", "0", "false" and "no" (any case) turn an effect off; anything
+// else, or unset, leaves it on.
+const (
+	envRawSendfile   = "SYNCULAR_RAW_SENDFILE"
+	envMemoryRelease = "SYNCULAR_MEMORY_RELEASE"
+)
+
+// envOff reports whether the environment variable name turns its effect
+// off.
+func envOff(name string) bool {
+	switch strings.ToLower(strings.TrimSpace(os.Getenv(name))) {
+	case "off", "0", "false", "no":
+		return true
+	}
+	return false
+}
+
+// rawSendfileOn reports whether a whole-range answer may use raw
+// sendfile(2) calls. Read per answer (one environment lookup beside a
+// multi-megabyte send).
+func rawSendfileOn() bool { return !envOff(envRawSendfile) }
+
+// processMemReleaser is the process's memory releaser, or nil (which does
+// nothing) when SYNCULAR_MEMORY_RELEASE is off. Read when a handler's
+// stream slots are made (at provision).
+func processMemReleaser() *memReleaser {
+	if envOff(envMemoryRelease) {
+		return nil
+	}
+	return processMemRelease
+}
