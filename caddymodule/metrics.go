@@ -32,6 +32,7 @@ type collectors struct {
 	verifications *prometheus.CounterVec   // {server, slot}
 	codedBytes    *prometheus.CounterVec   // {server, coding}
 	grace         *prometheus.CounterVec   // {server, result}
+	buildInfo     prometheus.Collector     // buildinfo.go
 
 	scrape *scrapeCollector // scrapemetrics.go
 	storm  *stormCollectors // stormmetrics.go
@@ -62,7 +63,7 @@ func moduleCollectors() *collectors {
 			}, []string{"server", "delivery"}),
 			storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Namespace: ns, Subsystem: sub, Name: "store_duration_seconds",
-				Help:    "Latency of segment store operations (lookup, open, presign), failures included.",
+				Help:    "Latency of the segment store calls a request made (lookup: a record read; open: a fill or a stream until its first byte; presign: a redirect URL), failures included. A record from the record cache, a bytes hit and a wait on another request's read are not store calls and are not counted.",
 				Buckets: storeBuckets,
 			}, []string{"server", "backend", "op"}),
 			verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -77,8 +78,9 @@ func moduleCollectors() *collectors {
 				Namespace: ns, Subsystem: sub, Name: "grace_requests_total",
 				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but not served: the edge does not hold the bytes, or has no capacity now: 503), refused (the record refuses the token).",
 			}, []string{"server", "result"}),
-			scrape: newScrapeCollector(ns + "_" + sub + "_"),
-			storm:  newStormCollectors(ns, sub),
+			buildInfo: newBuildInfo(ns, sub),
+			scrape:    newScrapeCollector(ns + "_" + sub + "_"),
+			storm:     newStormCollectors(ns, sub),
 		}
 	})
 	return collectorsVal
@@ -87,7 +89,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return append([]prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.scrape,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.buildInfo, c.scrape,
 	}, c.storm.all()...)
 }
 
@@ -111,7 +113,7 @@ func (c *collectors) register(reg prometheus.Registerer) error {
 var knownOutcomes = []string{
 	outcomeGranted, outcomeNotModified, outcomeNext,
 	errForbidden.code, errNotFound.code, errExpired.code, errInvalid.code, errMethod.code,
-	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code, errOverloaded.code,
+	errRange.code, errStoreDown.code, errStoreTimeout.code, errOverloaded.code,
 }
 
 // handlerMetrics are one handler's label children, resolved once. A nil
@@ -158,8 +160,10 @@ func newLabelMetrics(c *collectors, server, backend, delivery string, keys int) 
 		served:   c.bytesServed.WithLabelValues(server, delivery),
 		lookup:   c.storeDuration.WithLabelValues(server, backend, "lookup"),
 		open:     c.storeDuration.WithLabelValues(server, backend, "open"),
-		presign:  c.storeDuration.WithLabelValues(server, backend, "presign"),
 		noSlot:   c.verifications.WithLabelValues(server, "none"),
+	}
+	if delivery == DeliveryRedirect { // only a redirect handler presigns
+		m.presign = c.storeDuration.WithLabelValues(server, backend, "presign")
 	}
 	for _, o := range knownOutcomes {
 		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
@@ -268,7 +272,9 @@ func (m *handlerMetrics) storeOp(op storeOpKind, d time.Duration) {
 	default:
 		o = m.presign
 	}
-	o.Observe(d.Seconds())
+	if o != nil {
+		o.Observe(d.Seconds())
+	}
 }
 
 // storeOpKind is the op label of caddy_syncular_store_duration_seconds.

@@ -255,7 +255,9 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	body, err := store.ServerOf(h.store).OpenBody(ctx, g.segID, a.want)
 	timedOut := !timer.Stop()
 	d.open = time.Since(start)
-	h.metrics.storeOp(opOpen, d.open)
+	if err != nil || !body.Tier().Hit() && !body.Tier().Followed() { // a store call: not a hit or a follower
+		h.metrics.storeOp(opOpen, d.open)
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):
