@@ -336,9 +336,11 @@ var (
 )
 
 // provisionMetrics registers the collectors in this config's registry and
-// resolves the handler's label children. With disable_metrics it does
+// resolves the handler's label children, and reports the store and disk
+// tier to syncular_health. With disable_metrics it does
 // nothing and the request path records nothing.
 func (h *Handler) provisionMetrics(ctx caddy.Context) error {
+	h.joinHealth() // health.go: reported with metrics on or off
 	if h.DisableMetrics {
 		return nil
 	}
@@ -386,6 +388,7 @@ func serverName(ctx caddy.Context) string {
 
 // cleanupMetrics stops reporting the handler's cache and disk tier.
 func (h *Handler) cleanupMetrics() {
+	h.leaveHealth()
 	if h.scraped != nil {
 		moduleCollectors().scrape.removeCache(h.scraped)
 		h.scraped = nil
