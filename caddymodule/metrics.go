@@ -32,6 +32,7 @@ type collectors struct {
 	verifications *prometheus.CounterVec   // {server, slot}
 	codedBytes    *prometheus.CounterVec   // {server, coding}
 	grace         *prometheus.CounterVec   // {server, result}
+	presignErrs   *prometheus.CounterVec   // {server}
 	buildInfo     prometheus.Collector     // buildinfo.go
 
 	scrape *scrapeCollector // scrapemetrics.go
@@ -78,6 +79,10 @@ func moduleCollectors() *collectors {
 				Namespace: ns, Subsystem: sub, Name: "grace_requests_total",
 				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but not served: the edge does not hold the bytes, or has no capacity now: 503), refused (the record refuses the token).",
 			}, []string{"server", "result"}),
+			presignErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "presign_errors_total",
+				Help: "Redirect URLs a redirect handler could not sign (credentials not resolved, signer fault): each answered 503 edge.store_unavailable. A grant too short for any URL is streamed instead and not counted.",
+			}, []string{"server"}),
 			buildInfo: newBuildInfo(ns, sub),
 			scrape:    newScrapeCollector(ns + "_" + sub + "_"),
 			storm:     newStormCollectors(ns, sub),
@@ -89,7 +94,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return append([]prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.buildInfo, c.scrape,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.presignErrs, c.buildInfo, c.scrape,
 	}, c.storm.all()...)
 }
 
@@ -119,18 +124,19 @@ var knownOutcomes = []string{
 // handlerMetrics are one handler's label children, resolved once. A nil
 // *handlerMetrics (disable_metrics) records nothing.
 type handlerMetrics struct {
-	c        *collectors
-	server   string
-	delivery string
-	requests map[string]prometheus.Counter
-	served   prometheus.Counter
-	lookup   prometheus.Observer
-	open     prometheus.Observer
-	presign  prometheus.Observer
-	slots    []prometheus.Counter  // index: key slot (0-based)
-	coded    [3]prometheus.Counter // index: compress.Coding
-	noSlot   prometheus.Counter
-	grace    [3]prometheus.Counter // index: graceServed, graceUnavailable, graceRefused
+	c           *collectors
+	server      string
+	delivery    string
+	requests    map[string]prometheus.Counter
+	served      prometheus.Counter
+	lookup      prometheus.Observer
+	open        prometheus.Observer
+	presign     prometheus.Observer   // nil unless the handler redirects
+	presignErrs prometheus.Counter    // nil unless the handler redirects
+	slots       []prometheus.Counter  // index: key slot (0-based)
+	coded       [3]prometheus.Counter // index: compress.Coding
+	noSlot      prometheus.Counter
+	grace       [3]prometheus.Counter // index: graceServed, graceUnavailable, graceRefused
 	// legacy counts requests a redirect handler streamed because the
 	// object carries a legacy record header (delivery="stream_legacy");
 	// nil when the handler never does.
@@ -164,6 +170,7 @@ func newLabelMetrics(c *collectors, server, backend, delivery string, keys int) 
 	}
 	if delivery == DeliveryRedirect { // only a redirect handler presigns
 		m.presign = c.storeDuration.WithLabelValues(server, backend, "presign")
+		m.presignErrs = c.presignErrs.WithLabelValues(server)
 	}
 	for _, o := range knownOutcomes {
 		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
@@ -274,6 +281,13 @@ func (m *handlerMetrics) storeOp(op storeOpKind, d time.Duration) {
 	}
 	if o != nil {
 		o.Observe(d.Seconds())
+	}
+}
+
+// presignError counts a redirect URL that could not be signed.
+func (m *handlerMetrics) presignError() {
+	if m != nil && m.presignErrs != nil {
+		m.presignErrs.Inc()
 	}
 }
 

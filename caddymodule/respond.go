@@ -111,6 +111,9 @@ func (h *Handler) sign(ctx context.Context, g grant, d *decision) signed {
 	s.url, s.expires, s.err = h.presignURL(ctx, g)
 	d.presign = time.Since(start)
 	h.metrics.storeOp(opPresign, d.presign)
+	if s.err != nil && !errors.Is(s.err, presign.ErrGrantTooShort) && !errors.Is(s.err, presign.ErrGrantEnded) {
+		h.metrics.presignError() // a grant too short for a URL is streamed (plan), not a failure
+	}
 	return s
 }
 
