@@ -28,8 +28,11 @@ func moduleVersion() string {
 		if d.Path != modulePath {
 			continue
 		}
-		if d.Replace != nil && d.Replace.Version != "" {
-			return d.Replace.Version
+		if d.Replace != nil {
+			if d.Replace.Version != "" {
+				return d.Replace.Version
+			}
+			return "(devel)" // replaced by a directory: a working tree
 		}
 		if d.Version != "" {
 			return d.Version

@@ -627,6 +627,10 @@ func TestMetricsDocumented(t *testing.T) {
 	if len(exposed) < 40 {
 		t.Fatalf("%d caddy_syncular_ families on /metrics", len(exposed))
 	}
+	// The binary built from this working tree says so.
+	if bi := regexp.MustCompile(`(?m)^caddy_syncular_build_info\{caddy_version="v2\.[^"]+",go_version="go[^"]+",version="\(devel\)"\} 1$`); !bi.Match(r.Body) {
+		t.Errorf("no build_info series of a working-tree build:\n%s", regexp.MustCompile(`(?m)^caddy_syncular_build_info.*$`).Find(r.Body))
+	}
 
 	documented := map[string]string{} // family -> doc file
 	nameRe := regexp.MustCompile(`caddy_syncular_[a-z0-9_]*[a-z0-9]`)
