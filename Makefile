@@ -93,9 +93,10 @@ fuzz:
 
 # caddy-plain: the reload test compares connection resets with stock Caddy;
 # chromium (Debian's package, installed only when missing) runs the browser test;
-# strace (the same) counts the edge's system calls in the sendfile test.
+# strace (the same) counts the edge's system calls in the sendfile test;
+# prometheus (the same, with promtool) runs examples/monitoring.
 integration: caddy caddy-plain
-	scripts/tools.sh versitygw chromium strace
+	scripts/tools.sh versitygw chromium strace prometheus
 	$(GO) test -count=1 -timeout 20m ./integration/...
 
 # nginx (Debian's package, installed only when missing) is the peer of (a) and (e).

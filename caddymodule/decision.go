@@ -30,7 +30,7 @@ type decision struct {
 	presign  time.Duration
 	start    time.Time  // when the handler got the request (first-byte time)
 	cache    cacheKind  // how a granted answer was made (cachestatus.go)
-	inFlight bool       // counted in caddy_syncular_in_flight until finish
+	inFlight bool       // counted in caddy_syncular_downloads_in_flight until finish
 	tr       traceMarks // when traced: the steps' times (tracing.go)
 }
 

@@ -42,7 +42,9 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 	rec, err := h.lookupRecord(ctx, segID, d) // tracing.go (d.grace: a grace record)
 	d.lookup = time.Since(start)
 	cancel()
-	h.metrics.storeOp(opLookup, d.lookup)
+	if d.tr.record == store.RecordStore || d.tr.record == store.RecordGrace { // not a cache hit or a follower
+		h.metrics.storeOp(opLookup, d.lookup)
+	}
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			d.refuse(w, errNotFound, "segment not found")

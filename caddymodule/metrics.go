@@ -32,6 +32,8 @@ type collectors struct {
 	verifications *prometheus.CounterVec   // {server, slot}
 	codedBytes    *prometheus.CounterVec   // {server, coding}
 	grace         *prometheus.CounterVec   // {server, result}
+	presignErrs   *prometheus.CounterVec   // {server}
+	buildInfo     prometheus.Collector     // buildinfo.go
 
 	scrape *scrapeCollector // scrapemetrics.go
 	storm  *stormCollectors // stormmetrics.go
@@ -62,7 +64,7 @@ func moduleCollectors() *collectors {
 			}, []string{"server", "delivery"}),
 			storeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 				Namespace: ns, Subsystem: sub, Name: "store_duration_seconds",
-				Help:    "Latency of segment store operations (lookup, open, presign), failures included.",
+				Help:    "Latency of the segment store calls a request made (lookup: a record read; open: a fill or a stream until its first byte; presign: a redirect URL), failures included. A record from the record cache, a bytes hit and a wait on another request's read are not store calls and are not counted.",
 				Buckets: storeBuckets,
 			}, []string{"server", "backend", "op"}),
 			verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -77,8 +79,13 @@ func moduleCollectors() *collectors {
 				Namespace: ns, Subsystem: sub, Name: "grace_requests_total",
 				Help: "Requests decided on a record kept past record_ttl because the segment store could not be read (grace), by result: served (the bytes or a 304 from memory or the disk tier), unavailable (granted, but not served: the edge does not hold the bytes, or has no capacity now: 503), refused (the record refuses the token).",
 			}, []string{"server", "result"}),
-			scrape: newScrapeCollector(ns + "_" + sub + "_"),
-			storm:  newStormCollectors(ns, sub),
+			presignErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "presign_errors_total",
+				Help: "Redirect URLs a redirect handler could not sign (credentials not resolved, signer fault): each answered 503 edge.store_unavailable. A grant too short for any URL is streamed instead and not counted.",
+			}, []string{"server"}),
+			buildInfo: newBuildInfo(ns, sub),
+			scrape:    newScrapeCollector(ns + "_" + sub + "_"),
+			storm:     newStormCollectors(ns, sub),
 		}
 	})
 	return collectorsVal
@@ -87,7 +94,7 @@ func moduleCollectors() *collectors {
 // all lists every collector for registration.
 func (c *collectors) all() []prometheus.Collector {
 	return append([]prometheus.Collector{
-		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.scrape,
+		c.requests, c.bytesServed, c.storeDuration, c.verifications, c.codedBytes, c.grace, c.presignErrs, c.buildInfo, c.scrape,
 	}, c.storm.all()...)
 }
 
@@ -111,24 +118,25 @@ func (c *collectors) register(reg prometheus.Registerer) error {
 var knownOutcomes = []string{
 	outcomeGranted, outcomeNotModified, outcomeNext,
 	errForbidden.code, errNotFound.code, errExpired.code, errInvalid.code, errMethod.code,
-	errRange.code, errStoreDown.code, errStoreTimeout.code, errInternalOutage.code, errOverloaded.code,
+	errRange.code, errStoreDown.code, errStoreTimeout.code, errOverloaded.code,
 }
 
 // handlerMetrics are one handler's label children, resolved once. A nil
 // *handlerMetrics (disable_metrics) records nothing.
 type handlerMetrics struct {
-	c        *collectors
-	server   string
-	delivery string
-	requests map[string]prometheus.Counter
-	served   prometheus.Counter
-	lookup   prometheus.Observer
-	open     prometheus.Observer
-	presign  prometheus.Observer
-	slots    []prometheus.Counter  // index: key slot (0-based)
-	coded    [3]prometheus.Counter // index: compress.Coding
-	noSlot   prometheus.Counter
-	grace    [3]prometheus.Counter // index: graceServed, graceUnavailable, graceRefused
+	c           *collectors
+	server      string
+	delivery    string
+	requests    map[string]prometheus.Counter
+	served      prometheus.Counter
+	lookup      prometheus.Observer
+	open        prometheus.Observer
+	presign     prometheus.Observer   // nil unless the handler redirects
+	presignErrs prometheus.Counter    // nil unless the handler redirects
+	slots       []prometheus.Counter  // index: key slot (0-based)
+	coded       [3]prometheus.Counter // index: compress.Coding
+	noSlot      prometheus.Counter
+	grace       [3]prometheus.Counter // index: graceServed, graceUnavailable, graceRefused
 	// legacy counts requests a redirect handler streamed because the
 	// object carries a legacy record header (delivery="stream_legacy");
 	// nil when the handler never does.
@@ -158,8 +166,11 @@ func newLabelMetrics(c *collectors, server, backend, delivery string, keys int) 
 		served:   c.bytesServed.WithLabelValues(server, delivery),
 		lookup:   c.storeDuration.WithLabelValues(server, backend, "lookup"),
 		open:     c.storeDuration.WithLabelValues(server, backend, "open"),
-		presign:  c.storeDuration.WithLabelValues(server, backend, "presign"),
 		noSlot:   c.verifications.WithLabelValues(server, "none"),
+	}
+	if delivery == DeliveryRedirect { // only a redirect handler presigns
+		m.presign = c.storeDuration.WithLabelValues(server, backend, "presign")
+		m.presignErrs = c.presignErrs.WithLabelValues(server)
 	}
 	for _, o := range knownOutcomes {
 		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
@@ -268,7 +279,16 @@ func (m *handlerMetrics) storeOp(op storeOpKind, d time.Duration) {
 	default:
 		o = m.presign
 	}
-	o.Observe(d.Seconds())
+	if o != nil {
+		o.Observe(d.Seconds())
+	}
+}
+
+// presignError counts a redirect URL that could not be signed.
+func (m *handlerMetrics) presignError() {
+	if m != nil && m.presignErrs != nil {
+		m.presignErrs.Inc()
+	}
 }
 
 // storeOpKind is the op label of caddy_syncular_store_duration_seconds.
@@ -330,9 +350,11 @@ var (
 )
 
 // provisionMetrics registers the collectors in this config's registry and
-// resolves the handler's label children. With disable_metrics it does
+// resolves the handler's label children, and reports the store and disk
+// tier to syncular_health. With disable_metrics it does
 // nothing and the request path records nothing.
 func (h *Handler) provisionMetrics(ctx caddy.Context) error {
+	h.joinHealth() // health.go: reported with metrics on or off
 	if h.DisableMetrics {
 		return nil
 	}
@@ -380,6 +402,7 @@ func serverName(ctx caddy.Context) string {
 
 // cleanupMetrics stops reporting the handler's cache and disk tier.
 func (h *Handler) cleanupMetrics() {
+	h.leaveHealth()
 	if h.scraped != nil {
 		moduleCollectors().scrape.removeCache(h.scraped)
 		h.scraped = nil

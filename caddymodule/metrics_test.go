@@ -192,7 +192,7 @@ func TestMetricsRegistration(t *testing.T) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"caddy_syncular_cache_hits_total", "caddy_syncular_cache_bytes",
+	for _, n := range []string{"caddy_syncular_cache_hits_total", "caddy_syncular_cache_held_bytes",
 		"caddy_syncular_cache_evictions_total", "caddy_syncular_cache_coalesced_waits_total"} {
 		if !names[n] {
 			t.Errorf("%s not gathered", n)

@@ -110,6 +110,9 @@ func (h *Handler) sign(ctx context.Context, g grant, d *decision) signed {
 	s.url, s.expires, s.err = h.presignURL(ctx, g)
 	d.presign = time.Since(start)
 	h.metrics.storeOp(opPresign, d.presign)
+	if s.err != nil && !errors.Is(s.err, presign.ErrGrantTooShort) && !errors.Is(s.err, presign.ErrGrantEnded) {
+		h.metrics.presignError() // a grant too short for a URL is streamed (plan), not a failure
+	}
 	return s
 }
 
@@ -254,7 +257,9 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	body, err := h.store.OpenBody(ctx, g.segID, a.want)
 	timedOut := !timer.Stop()
 	d.open = time.Since(start)
-	h.metrics.storeOp(opOpen, d.open)
+	if err != nil || !body.Tier().Hit() && !body.Tier().Followed() { // a store call: not a hit or a follower
+		h.metrics.storeOp(opOpen, d.open)
+	}
 	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrNotFound):

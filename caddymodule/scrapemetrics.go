@@ -26,6 +26,7 @@ type scrapeCollector struct {
 	diskHits, diskFills, diskFollowers        *prometheus.Desc
 	diskFillErrors, diskEvictions             *prometheus.Desc
 	diskDiscarded, diskBypasses, diskHandoffs *prometheus.Desc
+	diskUsable, diskMax                       *prometheus.Desc
 
 	// The flows: fills in flight and their followers, store egress, and
 	// the store read gate (store_concurrency): slots in use, reads
@@ -37,6 +38,9 @@ type scrapeCollector struct {
 	// without.
 	sqliteRecordReads, sqliteFillReads *prometheus.Desc
 
+	// An S3 store's faults, by class.
+	s3Errors *prometheus.Desc
+
 	caches refSet[*store.Cached, string] // the value: the store's backend
 	disks  refSet[*store.DiskTier, struct{}]
 }
@@ -45,17 +49,17 @@ func newScrapeCollector(prefix string) *scrapeCollector {
 	p := prefix + "disk_"
 	return &scrapeCollector{
 		hits: prometheus.NewDesc(prefix+"cache_hits_total",
-			"Segment cache answers from memory, by cache (record: Lookup within the record TTL; bytes: segment bytes; grace: a record past the TTL, read within grace, while the store cannot be read; refusal: a refusal decided on a fresh read less than 1s ago, at most record_ttl, answered again without a read).", []string{"cache"}, nil),
+			"Segment cache answers from memory, by entry (record: Lookup within the record TTL; bytes: segment bytes; grace: a record past the TTL, read within grace, while the store cannot be read; refusal: a refusal decided on a fresh read less than 1s ago, at most record_ttl, answered again without a read).", []string{"entry"}, nil),
 		misses: prometheus.NewDesc(prefix+"cache_misses_total",
-			"Segment cache reads that went to the store (concurrent misses of one segment share one read).", []string{"cache"}, nil),
+			"Segment cache reads that went to the store, by entry (record, bytes; concurrent misses of one segment share one read).", []string{"entry"}, nil),
 		passThrough: prometheus.NewDesc(prefix+"cache_pass_through_total",
 			"Segment bodies streamed from the store uncached (too large, length unknown, or no room).", nil, nil),
-		bytes: prometheus.NewDesc(prefix+"cache_bytes",
+		bytes: prometheus.NewDesc(prefix+"cache_held_bytes",
 			"Bytes the segment caches hold now (entries and fills in progress).", nil, nil),
-		records: prometheus.NewDesc(prefix+"cache_records",
+		records: prometheus.NewDesc(prefix+"cache_held_records",
 			"Records the segment caches hold now.", nil, nil),
 		evictions: prometheus.NewDesc(prefix+"cache_evictions_total",
-			"Entries dropped to stay within max_records (record) or max_bytes (bytes).", []string{"cache"}, nil),
+			"Entries dropped to stay within max_records (entry=record) or max_bytes (entry=bytes).", []string{"entry"}, nil),
 		coalesced: prometheus.NewDesc(prefix+"cache_coalesced_waits_total",
 			"Requests that waited for a store read another request had started, instead of reading themselves.", nil, nil),
 		variants: prometheus.NewDesc(prefix+"variants_total",
@@ -81,6 +85,9 @@ func newScrapeCollector(prefix string) *scrapeCollector {
 		diskDiscarded:  prometheus.NewDesc(p+"discarded_total", "Files removed from the disk tier because their size or hash was wrong, or they changed (size, inode, mtime) since they were verified.", nil, nil),
 		diskBypasses: prometheus.NewDesc(p+"bypasses_total",
 			"Segment reads the disk tier declined (streamed from the store instead), by reason: too_large (over disk_max_bytes), no_room (budget held by fills), unavailable (directory unusable, disk full).", []string{"reason"}, nil),
+		diskUsable: prometheus.NewDesc(p+"usable",
+			"Disk tiers usable now: 1 per tier whose directory was usable at its last check, 0 while one has turned itself off (directory unusable, disk full) and serves from the store until a retry finds it usable.", nil, nil),
+		diskMax: prometheus.NewDesc(p+"max_bytes", "The disk tiers' budgets (disk_max_bytes), summed: disk_bytes plus disk_reserved_bytes against it is how full the tier is.", nil, nil),
 
 		fills: prometheus.NewDesc(prefix+"fills_in_flight",
 			"Store reads filling a tier now, by tier (memory: the bytes cache; disk: the disk tier).", []string{"tier"}, nil),
@@ -95,9 +102,11 @@ func newScrapeCollector(prefix string) *scrapeCollector {
 		gateRefused: prometheus.NewDesc(prefix+"store_reads_refused_total",
 			"Store reads refused for want of a slot (store_queue full, or store_queue_wait passed): their requests were answered 503 edge.overloaded, by backend.", []string{"backend"}, nil),
 		sqliteRecordReads: prometheus.NewDesc(prefix+"sqlite_record_reads_total",
-			"How a SQLite store in a rollback journal answered record lookups: snapshot (the file unchanged since a read: no read, no lock), lockfree (a read transaction that took no lock and was verified against the file's header, size, times, journal and writer locks), locked (a read transaction under a SHARED lock, which a writer without a busy handler can fail against).", []string{"how"}, nil),
+			"How a SQLite store in a rollback journal answered record lookups: snapshot (the file unchanged since a read: no read, no lock), lockfree (a read transaction that took no lock and was verified against the file's header, size, times, journal and writer locks), locked (a read transaction under a SHARED lock, which a writer without a busy handler can fail against).", []string{"mode"}, nil),
 		sqliteFillReads: prometheus.NewDesc(prefix+"sqlite_fill_reads_total",
-			"How a SQLite store in a rollback journal read segment fills: lockfree (no lock, bytes verified against the id), locked (chunked read transactions under a SHARED lock).", []string{"how"}, nil),
+			"How a SQLite store in a rollback journal read segment fills: lockfree (no lock, bytes verified against the id), locked (chunked read transactions under a SHARED lock).", []string{"mode"}, nil),
+		s3Errors: prometheus.NewDesc(prefix+"s3_errors_total",
+			"Faults of S3 store calls, by class: 4xx, 5xx (the object store's answer; a missing key is not a fault), timeout (no answer within store_timeout), network (refused, reset, DNS, TLS). A call abandoned by its client is not counted.", []string{"class"}, nil),
 	}
 }
 
@@ -115,6 +124,7 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 		c.breakerOpen, c.breakerTrips, c.fastFailures, c.corruptBackoffs,
 		c.diskBytes, c.diskFiles, c.diskReserved, c.diskHits, c.diskFills, c.diskFollowers,
 		c.diskFillErrors, c.diskEvictions, c.diskDiscarded, c.diskBypasses, c.diskHandoffs,
+		c.diskUsable, c.diskMax, c.s3Errors,
 		c.fills, c.followers, c.readBytes, c.gateInUse, c.gateWaiting, c.gateRefused,
 		c.sqliteRecordReads, c.sqliteFillReads,
 	} {
@@ -122,16 +132,21 @@ func (c *scrapeCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reports the caches' series, and only the series that can
+// occur in this process: the store families by the backends in use, the
+// SQLite reads with a SQLite store, the S3 faults with an S3 store, the
+// disk tier's series with a disk tier.
 func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	var sum store.CacheStats
 	var ds store.DiskStats
 	open := 0
 	var memFills, memWaiting int64
-	read := map[string]int64{backendSQLite: 0, backendS3: 0}
-	inUse := map[string]int64{backendSQLite: 0, backendS3: 0}
-	waiting := map[string]int64{backendSQLite: 0, backendS3: 0}
-	refused := map[string]int64{backendSQLite: 0, backendS3: 0}
+	read := map[string]int64{}
+	inUse := map[string]int64{}
+	waiting := map[string]int64{}
+	refused := map[string]int64{}
 	var sq store.SQLiteReads
+	var s3e store.S3ErrorStats
 	c.caches.each(func(s *store.Cached, backend string) {
 		st := s.Stats()
 		sum.RecordHits += st.RecordHits
@@ -168,9 +183,19 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		sq.Records.Batches += f.SQLite.Records.Batches
 		sq.Fills.Reads += f.SQLite.Fills.Reads
 		sq.Fills.Fallbacks += f.SQLite.Fills.Fallbacks
+		s3e.Status4xx += f.S3Errors.Status4xx
+		s3e.Status5xx += f.S3Errors.Status5xx
+		s3e.Timeout += f.S3Errors.Timeout
+		s3e.Network += f.S3Errors.Network
 	})
+	disks, usable := 0, 0
 	c.disks.each(func(d *store.DiskTier, _ struct{}) {
 		st := d.Stats()
+		disks++
+		if st.Usable {
+			usable++
+		}
+		ds.MaxBytes += st.MaxBytes
 		ds.Bytes += st.Bytes
 		ds.Files += st.Files
 		ds.Reserved += st.Reserved
@@ -206,11 +231,19 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.evictions, float64(sum.RecordEvictions), "record")
 	counter(c.evictions, float64(sum.ByteEvictions), "bytes")
 	counter(c.coalesced, float64(sum.Coalesced))
-	counter(c.sqliteRecordReads, float64(sq.Records.SnapshotHits), "snapshot")
-	counter(c.sqliteRecordReads, float64(sq.Records.LockFree), "lockfree")
-	counter(c.sqliteRecordReads, float64(sq.Records.Batches), "locked")
-	counter(c.sqliteFillReads, float64(sq.Fills.Reads), "lockfree")
-	counter(c.sqliteFillReads, float64(sq.Fills.Fallbacks), "locked")
+	if _, ok := read[backendSQLite]; ok {
+		counter(c.sqliteRecordReads, float64(sq.Records.SnapshotHits), "snapshot")
+		counter(c.sqliteRecordReads, float64(sq.Records.LockFree), "lockfree")
+		counter(c.sqliteRecordReads, float64(sq.Records.Batches), "locked")
+		counter(c.sqliteFillReads, float64(sq.Fills.Reads), "lockfree")
+		counter(c.sqliteFillReads, float64(sq.Fills.Fallbacks), "locked")
+	}
+	if _, ok := read[backendS3]; ok {
+		counter(c.s3Errors, float64(s3e.Status4xx), "4xx")
+		counter(c.s3Errors, float64(s3e.Status5xx), "5xx")
+		counter(c.s3Errors, float64(s3e.Timeout), "timeout")
+		counter(c.s3Errors, float64(s3e.Network), "network")
+	}
 	counter(c.variants, float64(sum.Variants.Made), "made")
 	counter(c.variants, float64(sum.Variants.Rejected), "rejected")
 	counter(c.variants, float64(sum.Variants.Incompressible), "incompressible")
@@ -219,6 +252,20 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.fastFailures, float64(sum.FastFailures))
 	counter(c.corruptBackoffs, float64(sum.CorruptBackoffs))
 
+	gauge(c.fills, float64(memFills), "memory")
+	gauge(c.followers, float64(memWaiting), "memory")
+	for b, v := range read {
+		counter(c.readBytes, float64(v), b)
+		gauge(c.gateInUse, float64(inUse[b]), b)
+		gauge(c.gateWaiting, float64(waiting[b]), b)
+		counter(c.gateRefused, float64(refused[b]), b)
+	}
+
+	if disks == 0 {
+		return
+	}
+	gauge(c.diskUsable, float64(usable))
+	gauge(c.diskMax, float64(ds.MaxBytes))
 	gauge(c.diskBytes, float64(ds.Bytes))
 	gauge(c.diskFiles, float64(ds.Files))
 	gauge(c.diskReserved, float64(ds.Reserved))
@@ -232,17 +279,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.diskBypasses, float64(ds.BypassTooLarge), "too_large")
 	counter(c.diskBypasses, float64(ds.BypassNoRoom), "no_room")
 	counter(c.diskBypasses, float64(ds.BypassUnavailable), "unavailable")
-
-	gauge(c.fills, float64(memFills), "memory")
 	gauge(c.fills, float64(ds.FillsInFlight), "disk")
-	gauge(c.followers, float64(memWaiting), "memory")
 	gauge(c.followers, float64(ds.Following), "disk")
-	for b, v := range read {
-		counter(c.readBytes, float64(v), b)
-		gauge(c.gateInUse, float64(inUse[b]), b)
-		gauge(c.gateWaiting, float64(waiting[b]), b)
-		counter(c.gateRefused, float64(refused[b]), b)
-	}
 }
 
 // Interface guards

@@ -116,7 +116,7 @@ func TestStoreGateAnswersOverloaded(t *testing.T) {
 	}
 	want := map[string]float64{
 		"t_store_reads_in_use/sqlite": 0, "t_store_reads_waiting/sqlite": 0, "t_store_reads_refused_total/sqlite": 1,
-		"t_store_reads_in_use/s3": 0, "t_store_reads_waiting/s3": 0, "t_store_reads_refused_total/s3": 0,
+		// No S3 store in this process: no s3 series.
 	}
 	if fmt.Sprint(seen) != fmt.Sprint(want) {
 		t.Fatalf("gate series %v, want %v", seen, want)

@@ -22,7 +22,7 @@ type stormCollectors struct {
 func newStormCollectors(ns, sub string) *stormCollectors {
 	return &stormCollectors{
 		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "in_flight",
+			Namespace: ns, Subsystem: sub, Name: "downloads_in_flight",
 			Help: "Granted downloads not finished yet (a stalled reader counts while it stalls), by server and the handler's delivery mode.",
 		}, []string{"server", "delivery"}),
 		firstByte: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -31,8 +31,8 @@ func newStormCollectors(ns, sub string) *stormCollectors {
 			Buckets: storeBuckets,
 		}, []string{"server", "cache"}),
 		cacheBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: ns, Subsystem: sub, Name: "cache_bytes_served_total",
-			Help: "Segment body bytes written by the edge, by cache outcome (memory, disk, fill, follower, stream): bytes_served_total split by where they came from.",
+			Namespace: ns, Subsystem: sub, Name: "bytes_served_by_cache_total",
+			Help: "Segment body bytes the edge wrote without reading the store for them, by cache outcome (memory, disk: a hit; follower: a fill another request started). Fill and stream bytes are not counted: bytes_served_total less these is what this edge's own store reads served.",
 		}, []string{"server", "cache"}),
 	}
 }
@@ -52,7 +52,7 @@ func newStormMetrics(s *stormCollectors, server, delivery string) *stormMetrics 
 	m := &stormMetrics{inFlight: s.inFlight.WithLabelValues(server, delivery)}
 	for k := cacheMemory; k < numCacheKinds; k++ {
 		m.firstByte[k] = s.firstByte.WithLabelValues(server, cacheNames[k])
-		if k != cacheRedirect && k != cacheRecord { // they write no body
+		if servedByCache(k) {
 			m.cacheBytes[k] = s.cacheBytes.WithLabelValues(server, cacheNames[k])
 		}
 	}
@@ -83,7 +83,15 @@ func (m *handlerMetrics) firstByte(k cacheKind, d time.Duration) {
 	m.storm.firstByte[k].Observe(d.Seconds())
 }
 
-// cacheBytes counts body bytes written under cache outcome k.
+// servedByCache reports the outcomes whose bytes come from a cache and
+// not from a store read of this request: bytes_served_by_cache_total's
+// cache label. A redirect and a record answer write no body.
+func servedByCache(k cacheKind) bool {
+	return k == cacheMemory || k == cacheDisk || k == cacheFollower
+}
+
+// cacheBytes counts body bytes written under cache outcome k, when a
+// cache served them (servedByCache).
 func (m *handlerMetrics) cacheBytes(k cacheKind, n int64) {
 	if m == nil || m.storm == nil || n <= 0 || k >= numCacheKinds {
 		return

@@ -31,6 +31,7 @@ var fleetClient = &http.Client{
 // fleetEdge is one edge process of examples/fleet/edge.Caddyfile.
 type fleetEdge struct {
 	addr, logDir string
+	metricsAddr  string // the edge's metrics site (the private interface)
 	proc         *caddyProc
 }
 
@@ -88,11 +89,13 @@ func TestFleetExample(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			port, addr := loopback(t)
 			_, admin := loopback(t)
-			e := fleetEdge{addr: addr, logDir: t.TempDir()}
+			mport, maddr := loopback(t)
+			e := fleetEdge{addr: addr, logDir: t.TempDir(), metricsAddr: maddr}
 			env := append(append([]string{}, baseEnv...),
 				fmt.Sprintf("SYNCULAR_EDGE_ADDRESS=:%d", port), "SYNCULAR_ADMIN="+admin,
-				"SYNCULAR_LOG_DIR="+e.logDir, "SYNCULAR_DELIVERY="+delivery)
-			e.proc = startConfig(t, examplePath(t, "fleet", "edge.Caddyfile"), "caddyfile", env, addr)
+				"SYNCULAR_LOG_DIR="+e.logDir, "SYNCULAR_DELIVERY="+delivery,
+				fmt.Sprintf("SYNCULAR_METRICS_PORT=%d", mport), "SYNCULAR_METRICS_BIND=127.0.0.1")
+			e.proc = startConfig(t, examplePath(t, "fleet", "edge.Caddyfile"), "caddyfile", env, addr, maddr)
 			edges = append(edges, e)
 		}
 		return edges
@@ -178,6 +181,18 @@ func TestFleetExample(t *testing.T) {
 	}
 	phase1 := gets()
 	t.Logf("phase 1: bucket GETs per segment %v", phase1)
+	// Each edge's metrics site answers on its own (private) address, and
+	// its /healthz reports the store's breaker closed.
+	for i, e := range edges {
+		r, err := get(http.DefaultClient, "http://"+e.metricsAddr+"/metrics", nil)
+		if err != nil || r.Status != 200 || !strings.Contains(string(r.Body), "caddy_syncular_build_info{") {
+			t.Errorf("edge %d metrics site: %v %d", i, err, r.Status)
+		}
+		r, err = get(http.DefaultClient, "http://"+e.addr+"/healthz", nil)
+		if err != nil || r.Status != 200 || !strings.Contains(string(r.Body), `"breaker":"closed"`) {
+			t.Errorf("edge %d /healthz: %v %d %s", i, err, r.Status, r.Body)
+		}
+	}
 	for i, n := range phase1 {
 		if n != 1 {
 			t.Errorf("segment %d read from the bucket %d times across the fleet, want 1", i, n)

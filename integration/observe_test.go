@@ -264,7 +264,7 @@ func TestObserveCacheOutcomes(t *testing.T) {
 	}
 	metric := func(name string) float64 { return scrape(t, c)[name] }
 	const (
-		proxyInFlight = `caddy_syncular_in_flight{delivery="proxy",server="srv0"}`
+		proxyInFlight = `caddy_syncular_downloads_in_flight{delivery="proxy",server="srv0"}`
 		memFills      = `caddy_syncular_fills_in_flight{tier="memory"}`
 		memFollowers  = `caddy_syncular_fill_followers{tier="memory"}`
 		diskFills     = `caddy_syncular_fills_in_flight{tier="disk"}`
@@ -537,7 +537,8 @@ http://127.0.0.1:{{PORT}} {
 // store's one-transaction copy) and a stream are each counted once in
 // store_read_bytes_total{backend="sqlite"}, hits not at all; a
 // compressed variant held in memory reports a memory hit, and the bytes
-// of each outcome add up in cache_bytes_served_total.
+// served from a cache are counted in bytes_served_by_cache_total, and
+// those of a fill or a stream are not.
 func TestObserveStoreBytesSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sync.db")
 	small := bytes.Repeat([]byte("compressible rows of a segment "), 2048) // 62 KiB
@@ -596,16 +597,17 @@ func TestObserveStoreBytesSQLite(t *testing.T) {
 	if got := m[`caddy_syncular_store_read_bytes_total{backend="sqlite"}`]; got != want {
 		t.Fatalf("store_read_bytes_total{sqlite} = %v, want %v:\n%s", got, want, dumpSyncular(m))
 	}
-	for cache, want := range map[string]float64{
-		"fill": float64(len(small) + len(large)), "disk": float64(len(large)), "stream": float64(len(large)),
-	} {
-		if got := m[`caddy_syncular_cache_bytes_served_total{cache="`+cache+`",server="srv0"}`]; got != want {
-			t.Errorf("cache_bytes_served_total{%s} = %v, want %v", cache, got, want)
+	if got := m[`caddy_syncular_bytes_served_by_cache_total{cache="disk",server="srv0"}`]; got != float64(len(large)) {
+		t.Errorf("bytes_served_by_cache_total{disk} = %v, want %v", got, len(large))
+	}
+	for _, cache := range []string{"fill", "stream"} {
+		if _, ok := m[`caddy_syncular_bytes_served_by_cache_total{cache="`+cache+`",server="srv0"}`]; ok {
+			t.Errorf("bytes_served_by_cache_total{%s}: a store read's bytes counted as served by a cache", cache)
 		}
 	}
 	// Memory: the identity hit plus the variant answers (their sizes).
-	if got := m[`caddy_syncular_cache_bytes_served_total{cache="memory",server="srv0"}`]; got < float64(len(small)) {
-		t.Errorf("cache_bytes_served_total{memory} = %v, want at least %d", got, len(small))
+	if got := m[`caddy_syncular_bytes_served_by_cache_total{cache="memory",server="srv0"}`]; got < float64(len(small)) {
+		t.Errorf("bytes_served_by_cache_total{memory} = %v, want at least %d", got, len(small))
 	}
 	if got := m[`caddy_syncular_first_byte_seconds_count{cache="fill",server="srv0"}`]; got != 2 {
 		t.Errorf("first_byte_seconds_count{fill} = %v, want 2", got)

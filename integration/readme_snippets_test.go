@@ -133,8 +133,14 @@ func exampleConfigs(t *testing.T) []docSnippet {
 	}
 	add(filepath.Join(root, "Caddyfile.example"), "caddyfile")
 	err := filepath.WalkDir(filepath.Join(root, "examples"), func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "monitoring" { // Prometheus and Grafana files: TestMonitoringOnPrometheus
+				return filepath.SkipDir
+			}
+			return nil
 		}
 		switch name := d.Name(); {
 		case name == "Caddyfile" || strings.HasSuffix(name, ".Caddyfile"):

@@ -152,7 +152,7 @@ func writerStorm(t *testing.T, mode string, segs [][]byte) busywriter.Result {
 	}
 	m := scrape(t, c)
 	reads := func(kind, how string) float64 {
-		return m[`caddy_syncular_sqlite_`+kind+`_reads_total{how="`+how+`"}`]
+		return m[`caddy_syncular_sqlite_`+kind+`_reads_total{mode="`+how+`"}`]
 	}
 	t.Logf("record reads: %v snapshot, %v lock-free, %v locked; fills: %v lock-free, %v locked",
 		reads("record", "snapshot"), reads("record", "lockfree"), reads("record", "locked"),

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs the tools the build and tests need into .tools/bin (owned by this
 # repo, git-ignored), once per pinned version: a second run is a no-op.
-#   scripts/tools.sh [xcaddy] [versitygw] [staticcheck] [hey] [vegeta] [chromium] [strace] [nginx]
+#   scripts/tools.sh [xcaddy] [versitygw] [staticcheck] [hey] [vegeta] [chromium] [strace] [nginx] [prometheus]
 #   (default: xcaddy versitygw)
 # chromium (headless browser tests), strace (the sendfile test counts the
-# edge's system calls) and nginx (a peer in the benchmark) are Debian's
-# packages, installed with apt-get only when the command is not found.
+# edge's system calls), nginx (a peer in the benchmark) and prometheus
+# (with promtool: the monitoring test runs its own server on loopback;
+# the package's system service plays no part) are Debian's packages,
+# installed with apt-get only when the command is not found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools"
@@ -53,6 +55,7 @@ for t in "${want[@]}"; do
 	chromium) install_apt chromium chromium ;;
 	strace) install_apt strace strace ;;
 	nginx) install_apt nginx nginx ;;
+	prometheus) install_apt promtool prometheus ;;
 	*) echo "tools: unknown tool $t" >&2; exit 2 ;;
 	esac
 done

@@ -92,6 +92,9 @@ type FlowStats struct {
 	// SQLite is how a SQLite store (a rollback-journal file) answered
 	// record lookups and fills; zero for any other store.
 	SQLite SQLiteReads
+	// S3Errors is the faults an S3 store met, by class; zero for any
+	// other store.
+	S3Errors S3ErrorStats
 }
 
 // SQLiteReads is a SQLite store's RecordReadStats and LockFreeStats.
@@ -110,6 +113,7 @@ func (c *Cached) Flow() FlowStats {
 		MemoryWaiting:  c.fills.joinedNow.Load(),
 		Gate:           c.gate.stats(),
 		SQLite:         sqliteReads(c.inner),
+		S3Errors:       s3Errors(c.inner),
 	}
 }
 
@@ -120,6 +124,13 @@ func sqliteReads(inner Store) SQLiteReads {
 		return SQLiteReads{}
 	}
 	return SQLiteReads{Records: s.RecordReadStats(), Fills: s.LockFreeStats()}
+}
+
+func s3Errors(inner Store) S3ErrorStats {
+	if s, ok := inner.(*S3); ok {
+		return s.ErrorStats()
+	}
+	return S3ErrorStats{}
 }
 
 // openInner streams a body from the inner store, counting its bytes,

@@ -100,6 +100,7 @@ type breaker struct {
 	probing bool
 
 	trips atomic.Int64 // times it opened
+	since atomic.Int64 // when it last opened (opts.Now, Unix ns)
 	fast  atomic.Int64 // calls answered ErrStoreDown without the store
 }
 
@@ -136,6 +137,7 @@ func (c *Cached) observe(err error) {
 	n := b.fails.Add(1)
 	opened := false
 	if !b.open.Load() && n >= int64(c.opts.BreakerFailures) && c.ctx.Err() == nil {
+		b.since.Store(c.opts.Now().UnixNano())
 		b.open.Store(true)
 		b.trips.Add(1)
 		opened = true
@@ -149,6 +151,15 @@ func (c *Cached) observe(err error) {
 	if opened {
 		c.notifyBreaker(true, err)
 	}
+}
+
+// BreakerOpenSince reports whether the breaker is open now and, if so,
+// since when (the clock of CacheOptions.Now).
+func (c *Cached) BreakerOpenSince() (time.Time, bool) {
+	if !c.brk.open.Load() {
+		return time.Time{}, false
+	}
+	return time.Unix(0, c.brk.since.Load()), true
 }
 
 func (c *Cached) notifyBreaker(open bool, cause error) {

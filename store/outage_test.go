@@ -219,6 +219,7 @@ func TestCachedBreaker(t *testing.T) {
 	openAll(t, c, ctx, held, 0, -1) // held in memory now
 
 	fs.set(refused, false)
+	tripped := time.Now()
 	for i := range DefaultBreakerFailures {
 		// Distinct ids: nothing coalesces, each is one failed call.
 		sum := fmt.Sprintf("sha256:%064x", i+1)
@@ -228,6 +229,9 @@ func TestCachedBreaker(t *testing.T) {
 	}
 	if !c.BreakerOpen() {
 		t.Fatal("breaker still closed after the failures")
+	}
+	if since, open := c.BreakerOpenSince(); !open || since.Before(tripped) || time.Since(since) > time.Second {
+		t.Fatalf("BreakerOpenSince %v %v, want open since %v", since, open, tripped)
 	}
 	fs.set(nil, true) // the store hangs now: a call would wait Timeout
 	lookups, opens := fs.counts()
@@ -257,6 +261,9 @@ func TestCachedBreaker(t *testing.T) {
 	waitFor(t, "probes of the hung store", func() bool { return fs.probeCount() >= 2 })
 	fs.set(nil, false)
 	waitFor(t, "the breaker to close", func() bool { return !c.BreakerOpen() })
+	if _, open := c.BreakerOpenSince(); open {
+		t.Fatal("BreakerOpenSince open after the breaker closed")
+	}
 	if _, err := c.Lookup(ctx, other); err != nil {
 		t.Fatalf("after recovery: %v", err)
 	}

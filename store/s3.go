@@ -74,6 +74,7 @@ type S3 struct {
 	prefix  string
 	timeout time.Duration
 	owned   *http.Transport // closed by Close when we built it
+	errs    s3ErrorCounts   // faults met, by class (ErrorStats)
 }
 
 // NewS3 builds the store. It performs no network I/O: credentials from the
@@ -231,7 +232,7 @@ func (s *S3) Lookup(ctx context.Context, segmentID string) (*Record, error) {
 	if err != nil {
 		cancel()
 		<-recCh
-		return nil, s3MapError("HeadObject", key, err)
+		return nil, s.errs.count(s3MapError("HeadObject", key, err))
 	}
 	ro := <-recCh
 
@@ -264,13 +265,13 @@ func (s *S3) getRecordObject(ctx context.Context, segmentID string) ([]byte, err
 	key := s.RecordKey(segmentID)
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
-		return nil, s3MapError("GetObject", key, err)
+		return nil, s.errs.count(s3MapError("GetObject", key, err))
 	}
 	defer out.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(out.Body, maxRecordObject+1))
 	if err != nil {
 		e, _ := s3Classify("GetObject", key, err)
-		return nil, e
+		return nil, s.errs.count(e)
 	}
 	if len(body) > maxRecordObject {
 		return nil, fmt.Errorf("store: s3 record of %s: %w: record object larger than %d bytes", segmentID, ErrCorruptRecord, maxRecordObject)
@@ -304,7 +305,7 @@ func (s *S3) Check(ctx context.Context) error {
 			continue
 		}
 		e, _ := s3Classify("GetObject", key, err)
-		return e
+		return s.errs.count(e)
 	}
 	return nil
 }

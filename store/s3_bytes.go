@@ -97,14 +97,14 @@ func (s *S3) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*S3O
 		if !stopped && errors.Is(err, context.Canceled) {
 			err = fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
 		}
-		return nil, s3MapError("GetObject", key, err)
+		return nil, s.errs.count(s3MapError("GetObject", key, err))
 	}
 	if !stopped {
 		// The timer fired after the headers arrived: the body's context is
 		// already canceled.
 		out.Body.Close()
 		cancel(nil)
-		return nil, s3MapError("GetObject", key, context.DeadlineExceeded)
+		return nil, s.errs.count(s3MapError("GetObject", key, context.DeadlineExceeded))
 	}
 	obj := &S3Object{
 		Body:          &s3Body{ReadCloser: out.Body, ctx: ctx, cancel: func() { cancel(nil) }},

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	smithyhttp "github.com/aws/smithy-go/transport/http"
@@ -174,3 +175,50 @@ func transportReason(err error) string {
 	}
 	return reason
 }
+
+// S3ErrorStats counts the faults an S3 store met, by class: the
+// object store answered 4xx (other than a missing key, which is not a
+// fault) or 5xx, the call ran out of time, or no answer arrived
+// (refused, reset, DNS, TLS). A call the client abandoned (canceled) is
+// not counted.
+type S3ErrorStats struct {
+	Status4xx, Status5xx, Timeout, Network uint64
+}
+
+// s3ErrorCounts are an S3 store's S3ErrorStats.
+type s3ErrorCounts struct {
+	status4xx, status5xx, timeout, network atomic.Uint64
+}
+
+func (c *s3ErrorCounts) stats() S3ErrorStats {
+	return S3ErrorStats{
+		Status4xx: c.status4xx.Load(), Status5xx: c.status5xx.Load(),
+		Timeout: c.timeout.Load(), Network: c.network.Load(),
+	}
+}
+
+// count counts err when it is an *S3Error, and returns it.
+func (c *s3ErrorCounts) count(err error) error {
+	var e *S3Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	switch {
+	case e.StatusCode >= 500:
+		c.status5xx.Add(1)
+	case e.StatusCode >= 400:
+		c.status4xx.Add(1)
+	case e.StatusCode != 0:
+		// A 3xx the client does not follow: the store answered, wrongly.
+		c.status4xx.Add(1)
+	case e.Timeout():
+		c.timeout.Add(1)
+	case errors.Is(e.err, context.Canceled):
+	default:
+		c.network.Add(1)
+	}
+	return err
+}
+
+// ErrorStats returns the faults the store met so far, by class.
+func (s *S3) ErrorStats() S3ErrorStats { return s.errs.stats() }

@@ -33,7 +33,19 @@ func Get() string {
 			return bi.Main.Version
 		}
 		for _, d := range bi.Deps {
-			if d.Path == ModulePath && d.Version != "" {
+			if d.Path != ModulePath {
+				continue
+			}
+			if d.Replace != nil {
+				// xcaddy's --with module@v0.0.0=dir records v0.0.0
+				// replaced by a directory: a working tree, not a
+				// release, whatever version the replace line names.
+				if d.Replace.Version != "" {
+					return d.Replace.Version
+				}
+				return "(devel)"
+			}
+			if d.Version != "" {
 				return d.Version
 			}
 		}

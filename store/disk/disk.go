@@ -167,6 +167,11 @@ type Stats struct {
 	Bytes    int64 // size of the complete files indexed
 	Files    int64 // number of complete files indexed
 	Reserved int64 // bytes reserved by fills in progress
+	MaxBytes int64 // the budget (Options.MaxBytes, or its default)
+	// Usable reports whether the directory was usable at the last
+	// check: false after it proved unusable (or the disk full) until a
+	// retry finds it usable again, and after Close.
+	Usable bool
 
 	FillsInFlight int64 // fills running now
 	Following     int64 // handles of followers not closed yet (Handle.Followed)
@@ -360,12 +365,14 @@ func (c *Cache) Close() error {
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
-	reserved, filling := c.reserved, len(c.fills)
+	reserved, filling, usable := c.reserved, len(c.fills), c.ready && !c.closed
 	c.mu.Unlock()
 	return Stats{
 		Bytes:             c.bytes.Load(),
 		Files:             c.files.Load(),
 		Reserved:          reserved,
+		MaxBytes:          c.max,
+		Usable:            usable,
 		FillsInFlight:     int64(filling),
 		Following:         c.following.Load(),
 		Hits:              c.hits.Load(),

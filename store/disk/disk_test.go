@@ -701,8 +701,8 @@ func TestUnusableDirectoryBypasses(t *testing.T) {
 			t.Fatalf("err %v, want ErrUnavailable wrapping ENOTDIR", err)
 		}
 	}
-	if st := c.Stats(); st.BypassUnavailable != 2 {
-		t.Fatalf("stats %+v", st)
+	if st := c.Stats(); st.BypassUnavailable != 2 || st.Usable {
+		t.Fatalf("stats %+v (want unusable)", st)
 	}
 	// Repaired: used again once the retry interval passed, not before.
 	os.Remove(blocker)
@@ -711,6 +711,9 @@ func TestUnusableDirectoryBypasses(t *testing.T) {
 	}
 	clk.Add(time.Minute)
 	mustRead(t, get(t, c, s, bytesSource(s.b, nil)), s.b)
+	if st := c.Stats(); !st.Usable || st.MaxBytes != disk.DefaultMaxBytes {
+		t.Fatalf("stats %+v after repair (want usable, the default budget)", st)
+	}
 }
 
 func TestReadOnlyDirectoryBypasses(t *testing.T) {
