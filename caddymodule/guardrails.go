@@ -105,6 +105,7 @@ func (h *Handler) configWarnings(repl *caddy.Replacer) []string {
 				"under %s/ has its prefix written with the /: add the trailing / here too", p, p, p, p))
 		}
 	}
+	w = append(w, h.thresholdWarnings()...) // thresholds.go
 	return w
 }
 
