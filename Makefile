@@ -9,7 +9,7 @@ export SYNCULAR_CADDY_PLAIN := $(CURDIR)/bin/caddy-plain
 
 UNIT_PKGS := ./token/... ./segid/... ./presign/... ./store/... ./caddymodule/... ./compress/... ./internal/... ./cmd/... ./bench/...
 
-.PHONY: all caddy caddy-plain tools demo demo-s3 test vet lint unit race vectors integration fuzz bench clean FORCE
+.PHONY: all caddy caddy-plain tools demo demo-s3 test vet lint unit race vectors integration fuzz bench soak clean FORCE
 
 all: caddy
 
@@ -103,6 +103,16 @@ integration: caddy caddy-plain
 bench: caddy caddy-plain
 	scripts/tools.sh versitygw hey vegeta nginx
 	$(GO) run ./bench/load -o bench/RESULTS.md
+
+## soak: the real edge under mixed traffic for SOAK_DURATION (two reloads, a
+## store freeze, a corrupted disk-tier file), then idle; fails when a body
+## is wrong or fds, goroutines or memory are not back within bounds
+## (docs/operations.md). Not part of `make test`.
+SOAK_DURATION ?= 10m
+SOAK_IDLE ?= 60s
+soak: caddy
+	scripts/tools.sh versitygw
+	$(GO) run ./bench/soak -caddy bin/caddy -duration $(SOAK_DURATION) -idle $(SOAK_IDLE)
 
 clean:
 	rm -rf bin .demo

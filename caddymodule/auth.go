@@ -52,6 +52,11 @@ func (h *Handler) buildAuth(repl *caddy.Replacer) error {
 	if err := h.buildObserve(repl, keys[0]); err != nil {
 		return err
 	}
+	if h.TenantKey != "" {
+		if err := refuseSharedTenantKey(keys, h.obs.tenantKey); err != nil { // secrets.go
+			return err
+		}
+	}
 	aud, err := h.Audience.build(repl, h.weakKeysOK)
 	if err != nil {
 		return err

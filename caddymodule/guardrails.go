@@ -74,27 +74,7 @@ func refuseSharedAudienceKey(keys [][]byte, audKey []byte) error {
 // checks, with defaults applied: one line each, naming the setting and the
 // fix, never a secret's value. repl expands placeholders as at provision.
 func (h *Handler) configWarnings(repl *caddy.Replacer) []string {
-	var w []string
-	secrets := make([]struct{ what, raw string }, 0, len(h.Keys)+3)
-	for i, k := range h.Keys {
-		secrets = append(secrets, struct{ what, raw string }{fmt.Sprintf("key %d", i+1), k})
-	}
-	if a := h.Audience; a != nil && a.Kind == "hmac_sha256" {
-		secrets = append(secrets, struct{ what, raw string }{"audience hmac_sha256 key", a.Key})
-	}
-	if s := h.Store; s != nil && s.Backend == backendS3 && s.S3 != nil {
-		for _, f := range []struct{ what, raw string }{
-			{"store s3 secret_access_key", s.S3.SecretAccessKey},
-			{"store s3 session_token", s.S3.SessionToken},
-		} {
-			if f.raw != "" {
-				secrets = append(secrets, f)
-			}
-		}
-	}
-	for _, s := range secrets {
-		w = append(w, secretWarnings(repl, s.what, s.raw)...)
-	}
+	w := h.secretConfigWarnings(repl) // secrets.go
 
 	if h.skew > warnSkew {
 		w = append(w, fmt.Sprintf("syncular_segments: skew %v is above %v: a token is accepted that long after its exp, so a leaked URL "+
@@ -125,6 +105,7 @@ func (h *Handler) configWarnings(repl *caddy.Replacer) []string {
 				"under %s/ has its prefix written with the /: add the trailing / here too", p, p, p, p))
 		}
 	}
+	w = append(w, h.thresholdWarnings()...) // thresholds.go
 	return w
 }
 

@@ -150,7 +150,7 @@ func TestDiskForeignDirectoryRefused(t *testing.T) {
 
 // TestDiskChangedFileRefilled: a complete file of the disk tier changed in
 // place (its size; its bytes with the same size and a new mtime; only its
-// mtime) is not served: the edge fills it again from the store, and every
+// mtime; 4 KiB of its bytes with the mtime set back) is not served: the edge fills it again from the store, and every
 // answer verifies.
 func TestDiskChangedFileRefilled(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sync.db")
@@ -202,6 +202,28 @@ func TestDiskChangedFileRefilled(t *testing.T) {
 			fi, _ := os.Stat(file)
 			later := fi.ModTime().Add(5 * time.Second)
 			os.Chtimes(file, later, later)
+		}},
+		// Size, inode and mtime as verified: only the change time
+		// (st_ctim, which user space cannot set back) shows it.
+		{"4 KiB overwritten in place, mtime set back", func() {
+			fi, err := os.Stat(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(file, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(pseudoRandom(4<<10, 62), 1<<20); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if err := os.Chtimes(file, fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			if now, err := os.Stat(file); err != nil || now.Size() != fi.Size() || !now.ModTime().Equal(fi.ModTime()) {
+				t.Fatalf("the change did not keep size and mtime: %v", err)
+			}
 		}},
 	}
 	for i, s := range steps {

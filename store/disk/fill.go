@@ -371,6 +371,7 @@ func (c *Cache) run(f *fill, src Source) {
 			err, disk = unavailable(rerr), true
 		} else {
 			f.path = final
+			st = restamp(st, final) // the rename moved the change time
 		}
 		f.mu.Unlock()
 	}

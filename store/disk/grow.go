@@ -199,6 +199,7 @@ func (c *Cache) endGrow(vf *vfill, segmentID string, size, reserve, written int6
 			keep = false
 		} else {
 			vf.path = final
+			st = restamp(st, final) // the rename moved the change time
 		}
 	}
 	var rm string

@@ -286,7 +286,9 @@ func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, c
 			var fi fs.FileInfo
 			if fi, err = os.Stat(tmp); err == nil {
 				st, written = stampOf(fi), fi.Size()
-				err = os.Rename(tmp, final)
+				if err = os.Rename(tmp, final); err == nil {
+					st = restamp(st, final) // the rename moved the change time
+				}
 			}
 		}
 	}
