@@ -16,15 +16,14 @@ type protoError struct {
 }
 
 var (
-	errForbidden      = protoError{http.StatusForbidden, "sync.forbidden", "forbidden", false, "checkPermissions"}
-	errNotFound       = protoError{http.StatusNotFound, "sync.not_found", "not-found", false, "forceResync"}
-	errExpired        = protoError{http.StatusNotFound, "sync.segment_expired", "not-found", true, "retryLater"}
-	errInvalid        = protoError{http.StatusBadRequest, "sync.invalid_request", "invalid-request", false, "fixRequest"}
-	errMethod         = protoError{http.StatusMethodNotAllowed, "edge.method_not_allowed", "invalid-request", false, "fixRequest"}
-	errRange          = protoError{http.StatusRequestedRangeNotSatisfiable, "edge.range_not_satisfiable", "invalid-request", false, "fixRequest"}
-	errStoreDown      = protoError{http.StatusServiceUnavailable, "edge.store_unavailable", "internal", true, "retryLater"}
-	errStoreTimeout   = protoError{http.StatusGatewayTimeout, "edge.store_timeout", "internal", true, "retryLater"}
-	errInternalOutage = protoError{http.StatusServiceUnavailable, "edge.unavailable", "internal", true, "retryLater"}
+	errForbidden    = protoError{http.StatusForbidden, "sync.forbidden", "forbidden", false, "checkPermissions"}
+	errNotFound     = protoError{http.StatusNotFound, "sync.not_found", "not-found", false, "forceResync"}
+	errExpired      = protoError{http.StatusNotFound, "sync.segment_expired", "not-found", true, "retryLater"}
+	errInvalid      = protoError{http.StatusBadRequest, "sync.invalid_request", "invalid-request", false, "fixRequest"}
+	errMethod       = protoError{http.StatusMethodNotAllowed, "edge.method_not_allowed", "invalid-request", false, "fixRequest"}
+	errRange        = protoError{http.StatusRequestedRangeNotSatisfiable, "edge.range_not_satisfiable", "invalid-request", false, "fixRequest"}
+	errStoreDown    = protoError{http.StatusServiceUnavailable, "edge.store_unavailable", "internal", true, "retryLater"}
+	errStoreTimeout = protoError{http.StatusGatewayTimeout, "edge.store_timeout", "internal", true, "retryLater"}
 )
 
 // write sends the JSON error body. message is fixed text chosen by the
