@@ -123,6 +123,10 @@ type bucketSegment struct {
 // SYNCULAR_S3_PREFIX default), the docs and the demo.
 const examplePrefix = "syncular/"
 
+// s3ExampleStore is s3SegmentsStore under examplePrefix: the store block
+// of a site whose bucket putSegments seeds.
+var s3ExampleStore = strings.Replace(s3SegmentsStore, "bucket segments", "bucket segments\n\t\t\tprefix "+examplePrefix, 1)
+
 // putSegments writes n random segments of size bytes under examplePrefix
 // the way current
 // reference writers do: the bytes object without metadata and the record

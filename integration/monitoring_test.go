@@ -100,7 +100,7 @@ func TestMonitoringOnPrometheus(t *testing.T) {
 	digest := token.ScopeDigest(map[string][]string{"user_id": {"mon"}})
 	segs := putSegments(t, srv, "segments", partition, digest, 40, 32<<10)
 	keyCfg, key := exampleKey(t)
-	c := startCaddy(t, monitoringSite, "SEG_KEY="+keyCfg, "S3_ENDPOINT="+srv.Endpoint,
+	c := startCaddy(t, strings.ReplaceAll(monitoringSite, "{{S3_SEGMENTS}}", s3ExampleStore), "SEG_KEY="+keyCfg, "S3_ENDPOINT="+srv.Endpoint,
 		"S3_ACCESS_KEY="+srv.AccessKey, "S3_SECRET_KEY="+srv.SecretKey)
 	exp := time.Now().Add(time.Hour).Unix()
 	segURL := func(route, id string) string {
@@ -608,7 +608,7 @@ func TestMetricsDocumented(t *testing.T) {
 	dbPath, sqliteID := seedOne(t, "tenant-doc", digest, []byte("SSG2 a segment of the documented metrics test"))
 	s3Segs := putSegments(t, srv, "segments", "tenant-doc", digest, 1, 4<<10)
 	keyCfg, key := exampleKey(t)
-	c := startCaddy(t, strings.ReplaceAll(documentedSite, "STORE_PATH", dbPath), "SEG_KEY="+keyCfg, "S3_ENDPOINT="+srv.Endpoint,
+	c := startCaddy(t, strings.NewReplacer("STORE_PATH", dbPath, "{{S3_SEGMENTS}}", s3ExampleStore).Replace(documentedSite), "SEG_KEY="+keyCfg, "S3_ENDPOINT="+srv.Endpoint,
 		"S3_ACCESS_KEY="+srv.AccessKey, "S3_SECRET_KEY="+srv.SecretKey)
 	exp := time.Now().Add(time.Hour).Unix()
 	// One answer of each handler, so that the histograms have series.
