@@ -195,6 +195,9 @@ type Handler struct {
 	life          *lifetime       // releases the store after the last in-flight request
 	logger        *zap.Logger
 	now           func() time.Time
+	// inspecting: provisioned by `caddy syncular-store inspect`, whose
+	// output is its report (provisionnotes.go logs no "provisioned").
+	inspecting bool
 	// weakKeysOK lets tests use the protocol vectors' short keys; no
 	// configuration sets it.
 	weakKeysOK bool

@@ -43,5 +43,8 @@ func (h *Handler) notePrefix(ctx context.Context, s *store.S3) {
 // logProvisioned records the module's version at debug level, and
 // whether the build stamped it (else it is the build information's).
 func (h *Handler) logProvisioned() {
+	if h.inspecting {
+		return
+	}
 	h.logger.Debug("provisioned", zap.String("version", moduleVersion()), zap.Bool("version_stamped", version.Version != ""))
 }

@@ -247,6 +247,7 @@ func (in *storeInspection) run(ctx context.Context, w io.Writer) error {
 	}
 	// Nothing registered globally, and the clock of --now.
 	h.DisableMetrics = true
+	h.inspecting = true
 	now := in.now
 	h.now = func() time.Time { return now }
 
