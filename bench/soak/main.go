@@ -12,7 +12,9 @@
 // tokens), S3 proxy streams, stalled readers on S3 proxy streams that
 // then finish or drop. Events: two config reloads, a 5 s store freeze
 // (versitygw SIGSTOPped), and a disk-tier file corrupted in place with
-// its mtime set back, which must be discarded and refilled.
+// its mtime set back, which must be discarded and refilled. After the
+// idle sample, a burst of stalled S3 streams that leave at once
+// (burst.go).
 package main
 
 import (
@@ -58,6 +60,7 @@ var (
 	flagStalls   = flag.Int("stalls", 6, "stalled-reader loops on S3 proxy streams")
 	flagCaddy    = flag.String("caddy", "bin/caddy", "the edge binary")
 	flagKeep     = flag.Bool("keep", false, "keep the work directory (logs, heap profile)")
+	flagBurst    = flag.Int("burst", 200, "after the idle sample: this many stalled S3 proxy streams at once (burst.go; 0: none)")
 )
 
 // Bounds checked after the idle period, against the baseline taken after
@@ -96,6 +99,7 @@ type soak struct {
 	admin    int
 	sqlPort  int
 	s3Port   int
+	s3Stream int // an S3 proxy site that keeps no bytes: every answer streams from S3 (burst.go)
 	cmd      *exec.Cmd
 	client   *http.Client
 	stalls   *http.Client
@@ -220,6 +224,12 @@ loop:
 	}
 	heap := s.heapStats()
 	discarded, _ := s.metric("caddy_syncular_disk_discarded_total")
+	var burst *burstResult
+	if *flagBurst > 0 {
+		if burst, err = s.burst(*flagBurst, after); err != nil {
+			return fmt.Errorf("burst: %w", err)
+		}
+	}
 
 	fmt.Printf("\nsoak: %v of traffic, %d workers, %d stalled-reader loops, %v idle\n", *flagDuration, *flagWorkers, *flagStalls, *flagIdle)
 	fmt.Printf("requests %d (503/504 shed: %d, stalled streams dropped: %d), wrong bytes %d, unexpected answers %d, transport errors %d\n",
@@ -253,6 +263,10 @@ loop:
 	}
 	if bound := base.anon + cacheMaxBytes + boundAnonSlack; after.anon > bound {
 		fails = append(fails, fmt.Sprintf("anon memory %s after idle, bound baseline + max_bytes + %s = %s", mib(after.anon), mib(boundAnonSlack), mib(bound)))
+	}
+	if burst != nil {
+		burst.print()
+		fails = append(fails, burst.fails()...)
 	}
 	if len(s.samples) > 0 {
 		fmt.Printf("notes: %s\n", strings.Join(s.samples, "; "))
@@ -398,12 +412,32 @@ http://127.0.0.1:%d {
 		%s
 	}
 }
+http://127.0.0.1:%d {
+	syncular_segments /sync/segments/* {
+		key {env.SOAK_SEGMENT_KEY}
+		audience template %s
+		store s3 {
+			bucket segments
+			region %s
+			endpoint %s
+			access_key_id {env.SOAK_S3_AK}
+			secret_access_key {env.SOAK_S3_SK}
+		}
+		delivery proxy
+		untokened reject
+		cache {
+			max_entry 1MiB
+			disk off
+		}
+	}
+}
 `, s.admin, s.sqlPort, templateAud, filepath.Join(s.dir, "sync.db"), status, filepath.Join(s.dir, "disk"),
-		s.s3Port, templateAud, s.gw.Region, s.gw.Endpoint, status)
+		s.s3Port, templateAud, s.gw.Region, s.gw.Endpoint, status,
+		s.s3Stream, templateAud, s.gw.Region, s.gw.Endpoint)
 }
 
 func (s *soak) start() error {
-	s.admin, s.sqlPort, s.s3Port = freePort(), freePort(), freePort()
+	s.admin, s.sqlPort, s.s3Port, s.s3Stream = freePort(), freePort(), freePort(), freePort()
 	s.cfgPath = filepath.Join(s.dir, "Caddyfile")
 	if err := os.WriteFile(s.cfgPath, []byte(s.config(0)), 0o600); err != nil {
 		return err
