@@ -396,7 +396,15 @@ http://127.0.0.1:%d {
 		}
 	}
 }
-http://127.0.0.1:%d {
+`, s.admin, s.sqlPort, templateAud, filepath.Join(s.dir, "sync.db"), status, filepath.Join(s.dir, "disk")) +
+		s.s3Site(s.s3Port, status) +
+		s.s3Site(s.s3Stream, "cache {\n\t\t\tmax_entry 1MiB\n\t\t\tdisk off\n\t\t}")
+}
+
+// s3Site is a proxy site of the S3 store on port; extra goes in the
+// handler block.
+func (s *soak) s3Site(port int, extra string) string {
+	return fmt.Sprintf(`http://127.0.0.1:%d {
 	syncular_segments /sync/segments/* {
 		key {env.SOAK_SEGMENT_KEY}
 		audience template %s
@@ -412,28 +420,7 @@ http://127.0.0.1:%d {
 		%s
 	}
 }
-http://127.0.0.1:%d {
-	syncular_segments /sync/segments/* {
-		key {env.SOAK_SEGMENT_KEY}
-		audience template %s
-		store s3 {
-			bucket segments
-			region %s
-			endpoint %s
-			access_key_id {env.SOAK_S3_AK}
-			secret_access_key {env.SOAK_S3_SK}
-		}
-		delivery proxy
-		untokened reject
-		cache {
-			max_entry 1MiB
-			disk off
-		}
-	}
-}
-`, s.admin, s.sqlPort, templateAud, filepath.Join(s.dir, "sync.db"), status, filepath.Join(s.dir, "disk"),
-		s.s3Port, templateAud, s.gw.Region, s.gw.Endpoint, status,
-		s.s3Stream, templateAud, s.gw.Region, s.gw.Endpoint)
+`, port, templateAud, s.gw.Region, s.gw.Endpoint, extra)
 }
 
 func (s *soak) start() error {
