@@ -17,6 +17,8 @@ import (
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // Full ServeHTTP on a warm edge, in process (no network, no Caddy server
@@ -88,7 +90,7 @@ func BenchmarkServeHTTPServeHit(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s, err := store.OpenSQLite(path, store.SQLiteOptions{})
+			s, err := sqlite.Open(path, sqlite.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -117,7 +119,7 @@ func BenchmarkServeHTTPRedirect(b *testing.B) {
 		"createdAtMs": testNow.UnixMilli(), "expiresAtMs": testNow.Add(time.Hour).UnixMilli(),
 	}
 	id := s3test.PutSegment(b, srv.Client(), "bench", "", body, s3test.RecordHeader(rec))
-	s3s, err := store.NewS3(context.Background(), store.S3Options{
+	s3s, err := s3.New(context.Background(), s3.Options{
 		Bucket: "bench", Region: srv.Region, Endpoint: srv.Endpoint,
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true,
 	})

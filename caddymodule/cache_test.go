@@ -15,6 +15,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 func TestUnmarshalCache(t *testing.T) {
@@ -147,7 +148,7 @@ func TestProxyS3SendsOnlyEdgeHeaders(t *testing.T) {
 		maxEntry int64
 	}{{"cached", store.DefaultMaxEntry}, {"streamed", 1024}} {
 		t.Run(tc.name, func(t *testing.T) {
-			s3s, err := store.NewS3(context.Background(), store.S3Options{
+			s3s, err := s3.New(context.Background(), s3.Options{
 				Bucket: bucket, Region: srv.Region, Endpoint: srv.Endpoint,
 				AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true, Timeout: 5 * time.Second,
 			})

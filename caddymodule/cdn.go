@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"github.com/syncular/caddy-syncular/store/s3"
 	"strings"
 	"time"
 
@@ -10,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/presign"
-	"github.com/syncular/caddy-syncular/store"
 )
 
 // CDNConfig sends redirect delivery to a CDN in front of the bucket
@@ -89,7 +89,7 @@ func isPlaceholder(s string) bool {
 
 // provisionCDN expands the cdn block and builds the signer on the S3
 // store's object layout. Run after provisionS3 built the store.
-func (h *Handler) provisionCDN(repl *caddy.Replacer, s *store.S3) error {
+func (h *Handler) provisionCDN(repl *caddy.Replacer, s *s3.Store) error {
 	c := h.CDN.CloudFront
 	keyPEM, err := expandSecret(repl, c.PrivateKey, "cdn cloudfront private_key")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/presign"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // The hooks of a test handler: what no configuration sets (a clock,
@@ -62,7 +63,7 @@ func useMetrics(h *Handler, server string) (off func()) {
 
 // usePresigner gives a redirect handler the presigner provisionS3 builds
 // over s.
-func usePresigner(tb testing.TB, h *Handler, s *store.S3) {
+func usePresigner(tb testing.TB, h *Handler, s *s3.Store) {
 	tb.Helper()
 	p, err := presign.NewS3Signer(s.Client(), s.Bucket(), s.ObjectKey, presign.S3Options{TTL: time.Duration(h.PresignTTL)})
 	if err != nil {

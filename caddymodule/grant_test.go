@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // TestServeExpiryBoundary: through ServeHTTP, a publication is served
@@ -82,7 +82,7 @@ func TestServeCheckpointSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.OpenSQLite(path, store.SQLiteOptions{})
+	st, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

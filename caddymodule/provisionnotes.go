@@ -6,7 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/internal/version"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // Notes at provision that are not errors: what a running edge cannot
@@ -23,7 +23,7 @@ func moduleVersion() string { return version.Get() }
 // 404. An empty bucket before the first publication looks the same, so
 // it is a warning. A listing the credentials may not make (no
 // s3:ListBucket) says nothing.
-func (h *Handler) notePrefix(ctx context.Context, s *store.S3) {
+func (h *Handler) notePrefix(ctx context.Context, s *s3.Store) {
 	ok, err := s.HasSegments(ctx)
 	if err != nil {
 		h.logger.Debug("s3 store: could not list the prefix to check it holds segments", zap.Error(err))

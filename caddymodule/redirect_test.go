@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // TestRedirectNeverOutlivesGrant: a redirect's presigned URL expires
@@ -34,7 +34,7 @@ func TestRedirectNeverOutlivesGrant(t *testing.T) {
 		"createdAtMs": testNow.UnixMilli(), "expiresAtMs": end.UnixMilli(),
 	}
 	id := s3test.PutSegment(t, srv.Client(), bucket, "", body, s3test.RecordHeader(rec))
-	s3s, err := store.NewS3(context.Background(), store.S3Options{
+	s3s, err := s3.New(context.Background(), s3.Options{
 		Bucket: bucket, Region: srv.Region, Endpoint: srv.Endpoint,
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true, Timeout: 5 * time.Second,
 	})

@@ -10,7 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/syncular/caddy-syncular/presign"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // S3Config addresses an S3-compatible bucket (AWS S3, Cloudflare R2,
@@ -58,7 +58,7 @@ type S3Config struct {
 // redirect delivery, builds the presigner.
 func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	c := h.Store.S3
-	cfg := store.S3Options{
+	cfg := s3.Options{
 		Bucket:    repl.ReplaceKnown(c.Bucket, ""),
 		Region:    repl.ReplaceKnown(c.Region, ""),
 		Endpoint:  repl.ReplaceKnown(c.Endpoint, ""),
@@ -84,7 +84,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 		}
 		*f.dst = v
 	}
-	s, err := store.NewS3(ctx, cfg)
+	s, err := s3.New(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -106,7 +106,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 	return nil
 }
 
-// checkS3 probes the bucket once at provision (store.(*S3).Check: one
+// checkS3 probes the bucket once at provision (s3.(*Store).Check: one
 // ranged GET of a key that is never written, bounded by store_timeout).
 // With verify_store_on_start (the default) an unreachable or misconfigured
 // bucket fails the config, so `caddy validate` reports it and a reload
@@ -115,7 +115,7 @@ func (h *Handler) provisionS3(ctx caddy.Context, repl *caddy.Replacer) error {
 // (requests then answer 503 until the bucket is back). The message says
 // which failure it was (s3Failure) and names the endpoint dialled, its
 // placeholders expanded.
-func (h *Handler) checkS3(ctx caddy.Context, s *store.S3, endpoint, region string) error {
+func (h *Handler) checkS3(ctx caddy.Context, s *s3.Store, endpoint, region string) error {
 	err := s.Check(ctx)
 	if err == nil {
 		h.notePrefix(ctx, s) // provisionnotes.go
@@ -142,7 +142,7 @@ func (h *Handler) checkS3(ctx caddy.Context, s *store.S3, endpoint, region strin
 // "unreachable"), an answer refusing the credentials or their rights, a
 // bucket that does not exist, or another answer.
 func s3Failure(err error) string {
-	var se *store.S3Error
+	var se *s3.Error
 	if !errors.As(err, &se) {
 		return "check failed"
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // TestRedirectLegacyHeaders provisions redirect handlers against a real
@@ -158,14 +158,14 @@ func TestS3FailureClasses(t *testing.T) {
 		err  error
 		want string
 	}{
-		{&store.S3Error{Reason: "connection refused"}, "unreachable"},
-		{&store.S3Error{Reason: "dns lookup failed"}, "unreachable"},
-		{&store.S3Error{Reason: "no usable credentials"}, "no usable credentials"},
-		{&store.S3Error{StatusCode: 403, Code: "SignatureDoesNotMatch"}, "credentials refused"},
-		{&store.S3Error{StatusCode: 403, Code: "InvalidAccessKeyId"}, "credentials refused"},
-		{&store.S3Error{StatusCode: 400, Code: "ExpiredToken"}, "credentials refused"},
-		{&store.S3Error{StatusCode: 404, Code: "NoSuchBucket"}, "bucket not found"},
-		{&store.S3Error{StatusCode: 500, Code: "InternalError"}, "answered the check with an error"},
+		{&s3.Error{Reason: "connection refused"}, "unreachable"},
+		{&s3.Error{Reason: "dns lookup failed"}, "unreachable"},
+		{&s3.Error{Reason: "no usable credentials"}, "no usable credentials"},
+		{&s3.Error{StatusCode: 403, Code: "SignatureDoesNotMatch"}, "credentials refused"},
+		{&s3.Error{StatusCode: 403, Code: "InvalidAccessKeyId"}, "credentials refused"},
+		{&s3.Error{StatusCode: 400, Code: "ExpiredToken"}, "credentials refused"},
+		{&s3.Error{StatusCode: 404, Code: "NoSuchBucket"}, "bucket not found"},
+		{&s3.Error{StatusCode: 500, Code: "InternalError"}, "answered the check with an error"},
 	} {
 		if got := s3Failure(c.err); !strings.HasPrefix(got, c.want) {
 			t.Errorf("%v: %q, want %q", c.err, got, c.want)

@@ -4,6 +4,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // scrapeCollector is the one collector of the series read at scrape
@@ -145,8 +147,8 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 	inUse := map[string]int64{}
 	waiting := map[string]int64{}
 	refused := map[string]int64{}
-	var sq store.SQLiteReads
-	var s3e store.S3ErrorStats
+	var sq sqlite.Stats
+	var s3e s3.ErrorStats
 	c.caches.each(func(s *store.Cached, backend string) {
 		st := s.Stats()
 		sum.RecordHits += st.RecordHits
@@ -178,15 +180,19 @@ func (c *scrapeCollector) Collect(ch chan<- prometheus.Metric) {
 		inUse[backend] += f.Gate.InUse
 		waiting[backend] += f.Gate.Waiting
 		refused[backend] += f.Gate.Refused
-		sq.Records.SnapshotHits += f.SQLite.Records.SnapshotHits
-		sq.Records.LockFree += f.SQLite.Records.LockFree
-		sq.Records.Batches += f.SQLite.Records.Batches
-		sq.Fills.Reads += f.SQLite.Fills.Reads
-		sq.Fills.Fallbacks += f.SQLite.Fills.Fallbacks
-		s3e.Status4xx += f.S3Errors.Status4xx
-		s3e.Status5xx += f.S3Errors.Status5xx
-		s3e.Timeout += f.S3Errors.Timeout
-		s3e.Network += f.S3Errors.Network
+		switch b := f.Backend.(type) {
+		case sqlite.Stats:
+			sq.Records.SnapshotHits += b.Records.SnapshotHits
+			sq.Records.LockFree += b.Records.LockFree
+			sq.Records.Batches += b.Records.Batches
+			sq.Fills.Reads += b.Fills.Reads
+			sq.Fills.Fallbacks += b.Fills.Fallbacks
+		case s3.ErrorStats:
+			s3e.Status4xx += b.Status4xx
+			s3e.Status5xx += b.Status5xx
+			s3e.Timeout += b.Timeout
+			s3e.Network += b.Network
+		}
 	})
 	disks, usable := 0, 0
 	c.disks.each(func(d *store.DiskTier, _ struct{}) {

@@ -8,7 +8,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // sqlitePool shares one read-only handle per database file across config
@@ -19,11 +19,11 @@ var sqlitePool = caddy.NewUsagePool()
 // logger of the config that provisioned it last (an older config's logger
 // may be closed by a reload).
 type pooledSQLite struct {
-	*store.SQLite
+	*sqlite.Store
 	logger *atomic.Pointer[zap.Logger]
 }
 
-func (p pooledSQLite) Destruct() error { return p.SQLite.Close() }
+func (p pooledSQLite) Destruct() error { return p.Store.Close() }
 
 // rollbackJournalWarning is logged once each time the handle opens a file
 // (at provision, and when a file replaced at the path is reopened) whose
@@ -36,7 +36,7 @@ const rollbackJournalWarning = "sqlite store: the sync server's database is in a
 // per open of a file that is not in WAL mode.
 func journalModeLogger(logger *atomic.Pointer[zap.Logger]) func(path, mode string) {
 	return func(path, mode string) {
-		if mode == store.JournalWAL {
+		if mode == sqlite.JournalWAL {
 			return
 		}
 		if l := logger.Load(); l != nil {
@@ -56,11 +56,11 @@ func (h *Handler) provisionSQLite() error {
 	val, _, err := sqlitePool.LoadOrNew(key, func() (caddy.Destructor, error) {
 		lp := new(atomic.Pointer[zap.Logger])
 		lp.Store(h.logger)
-		s, err := store.OpenSQLite(abs, store.SQLiteOptions{JournalMode: journalModeLogger(lp)})
+		s, err := sqlite.Open(abs, sqlite.Options{JournalMode: journalModeLogger(lp)})
 		if err != nil {
 			return nil, err
 		}
-		return pooledSQLite{SQLite: s, logger: lp}, nil
+		return pooledSQLite{Store: s, logger: lp}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("opening sqlite store %s: %w", abs, err)
@@ -68,7 +68,7 @@ func (h *Handler) provisionSQLite() error {
 	p := val.(pooledSQLite)
 	p.logger.Store(h.logger)
 	h.poolKey = key
-	h.backend = p.SQLite
+	h.backend = p.Store
 	return nil
 }
 

@@ -20,7 +20,8 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/termsafe"
 	"github.com/syncular/caddy-syncular/segid"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -272,9 +273,9 @@ func (in *storeInspection) run(ctx context.Context, w io.Writer) error {
 	fmt.Fprintf(w, "tokens      %d key(s), audience %s, skew %v\n", len(h.Keys), h.Audience.Kind, h.skew)
 
 	switch st := h.backend.(type) {
-	case *store.SQLite:
+	case *sqlite.Store:
 		describeSQLite(ctx, w, st)
-	case *store.S3:
+	case *s3.Store:
 		describeS3(ctx, w, st, in.segID)
 	default:
 		fmt.Fprintf(w, "backend     %T\n", h.backend)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/termsafe"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -25,14 +27,14 @@ import (
 // handler's own answer to a HEAD of the signed URL, printed as read,
 // never re-decided.
 
-func describeSQLite(ctx context.Context, w io.Writer, st *store.SQLite) {
+func describeSQLite(ctx context.Context, w io.Writer, st *sqlite.Store) {
 	d, err := st.Describe(ctx)
 	if err != nil {
 		fmt.Fprintf(w, "backend     sqlite\nlayout      unreadable: %v\n", err)
 		return
 	}
 	fmt.Fprintf(w, "backend     sqlite %s (journal mode %s, schema_version %d)\n", d.Path, termsafe.Field(d.JournalMode), d.SchemaVersion)
-	if d.JournalMode != store.JournalWAL {
+	if d.JournalMode != sqlite.JournalWAL {
 		fmt.Fprintf(w, "            warning: journal mode %s is a rollback journal: the edge's reads can make the sync server's\n"+
 			"            writes fail with \"database is locked\"; fix: open it with PRAGMA journal_mode=WAL (persists in the file)\n", termsafe.Field(d.JournalMode))
 	}
@@ -69,7 +71,7 @@ func describeSQLite(ctx context.Context, w io.Writer, st *store.SQLite) {
 	fmt.Fprintln(w)
 }
 
-func describeS3(ctx context.Context, w io.Writer, st *store.S3, segID string) {
+func describeS3(ctx context.Context, w io.Writer, st *s3.Store, segID string) {
 	d, err := st.Describe(ctx, segID)
 	fmt.Fprintf(w, "backend     s3 bucket %q prefix %q\n", st.Bucket(), st.Prefix())
 	if err != nil {

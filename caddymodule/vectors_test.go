@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/testkit"
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // vectorsDir is testkit.VectorsDir: the protocol vectors, or a failed test.
@@ -40,7 +40,7 @@ func loadGen3(t testing.TB) (gen3Vectors, string) {
 // handler against the vector SQLite file, with the vectors' clock.
 func TestVectorGen3(t *testing.T) {
 	v, path := loadGen3(t)
-	st, err := store.OpenSQLite(path, store.SQLiteOptions{})
+	st, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

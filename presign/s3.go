@@ -59,7 +59,7 @@ type S3Signer struct {
 
 // NewS3Signer builds a presigner on client (its region, endpoint,
 // path style and credentials) for objects in bucket; objectKey maps a
-// segment id to its key (the store's layout, e.g. store.(*S3).ObjectKey),
+// segment id to its key (the store's layout, e.g. s3.(*Store).ObjectKey in store/s3),
 // so this package knows nothing of how a store lays out its bucket.
 func NewS3Signer(client *s3.Client, bucket string, objectKey func(segmentID string) string, opts S3Options) (*S3Signer, error) {
 	if client == nil || bucket == "" || objectKey == nil {

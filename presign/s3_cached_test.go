@@ -4,13 +4,13 @@ import (
 	"context"
 	"testing"
 
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // TestS3CachedURL: CachedURL answers exactly what URL would from its
 // cache, and nothing before URL signed it.
 func TestS3CachedURL(t *testing.T) {
-	st := s3tStore(t, store.S3Options{Prefix: "syncular/"})
+	st := s3tStore(t, s3.Options{Prefix: "syncular/"})
 	p := s3tPresigner(t, st, S3Options{})
 	for _, tc := range []struct{ now, notAfter float64 }{{1, 1e6}, {100, 130}, {200.5, 201.9}} {
 		now, notAfter := s3tAt(tc.now), s3tAt(tc.notAfter)

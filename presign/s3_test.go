@@ -26,7 +26,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/testkit"
-	"github.com/syncular/caddy-syncular/store"
+	s3store "github.com/syncular/caddy-syncular/store/s3"
 )
 
 const (
@@ -43,7 +43,7 @@ func s3tAt(sec float64) time.Time {
 	return s3tBase.Add(time.Duration(sec * float64(time.Second)))
 }
 
-func s3tStore(t testing.TB, cfg store.S3Options) *store.S3 {
+func s3tStore(t testing.TB, cfg s3store.Options) *s3store.Store {
 	t.Helper()
 	if cfg.Bucket == "" {
 		cfg.Bucket = "syncular-segments"
@@ -58,7 +58,7 @@ func s3tStore(t testing.TB, cfg store.S3Options) *store.S3 {
 		cfg.AccessKeyID, cfg.SecretAccessKey = s3tAK, s3tSecret
 	}
 	cfg.PathStyle = true
-	st, err := store.NewS3(context.Background(), cfg)
+	st, err := s3store.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func s3tStore(t testing.TB, cfg store.S3Options) *store.S3 {
 // s3tPresigner builds a signer on st's client; api adds SDK middleware to
 // every presign (through a copy of the client, as an operator's client
 // options would).
-func s3tPresigner(t testing.TB, st *store.S3, opts S3Options, api ...func(*middleware.Stack) error) *S3Signer {
+func s3tPresigner(t testing.TB, st *s3store.Store, opts S3Options, api ...func(*middleware.Stack) error) *S3Signer {
 	t.Helper()
 	client := st.Client()
 	if len(api) > 0 {
@@ -115,7 +115,7 @@ func s3tParse(t testing.TB, raw string) s3tParsed {
 func TestS3PresignURLShape(t *testing.T) {
 	for _, prefix := range []string{"", "syncular/"} {
 		t.Run("prefix="+prefix, func(t *testing.T) {
-			st := s3tStore(t, store.S3Options{Prefix: prefix})
+			st := s3tStore(t, s3store.Options{Prefix: prefix})
 			p := s3tPresigner(t, st, S3Options{})
 			raw, _, err := p.URL(context.Background(), s3tSeg, s3tAt(7), s3tAt(3600))
 			if err != nil {
@@ -193,7 +193,7 @@ func TestS3PresignBounds(t *testing.T) {
 		{name: "default ttl", now: 3, notAfter: 1e6, start: 0, exp: 60},
 		{name: "grant in year 9999", ttl: 60, now: 3, notAfter: -1, start: 0, exp: 60},
 	}
-	st := s3tStore(t, store.S3Options{})
+	st := s3tStore(t, s3store.Options{})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := s3tPresigner(t, st, S3Options{TTL: time.Duration(tc.ttl) * time.Second, Window: time.Duration(tc.window) * time.Second})
@@ -243,7 +243,7 @@ func s3tCheckInvariants(t testing.TB, p *S3Signer, now, notAfter time.Time, u s3
 }
 
 func TestS3PresignBoundsRandom(t *testing.T) {
-	st := s3tStore(t, store.S3Options{})
+	st := s3tStore(t, s3store.Options{})
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 300; i++ {
 		ttl := int64(1 + rng.IntN(900))
@@ -280,7 +280,7 @@ func TestS3PresignBoundsRandom(t *testing.T) {
 }
 
 func TestS3PresignOptionsValidation(t *testing.T) {
-	st := s3tStore(t, store.S3Options{})
+	st := s3tStore(t, s3store.Options{})
 	for _, o := range []S3Options{
 		{TTL: 500 * time.Millisecond},
 		{TTL: 1500 * time.Millisecond},
@@ -318,7 +318,7 @@ func s3tCountSigns(n *atomic.Int64) func(*middleware.Stack) error {
 }
 
 func TestS3PresignCache(t *testing.T) {
-	st := s3tStore(t, store.S3Options{Prefix: "syncular/"})
+	st := s3tStore(t, s3store.Options{Prefix: "syncular/"})
 	var signs atomic.Int64
 	p := s3tPresigner(t, st, S3Options{TTL: 60 * time.Second, Window: 15 * time.Second}, s3tCountSigns(&signs))
 	ctx := context.Background()
@@ -387,7 +387,7 @@ func TestS3PresignCache(t *testing.T) {
 }
 
 func TestS3PresignCacheBounded(t *testing.T) {
-	st := s3tStore(t, store.S3Options{})
+	st := s3tStore(t, s3store.Options{})
 	p := s3tPresigner(t, st, S3Options{TTL: 60 * time.Second, MaxEntries: 32})
 	for i := 0; i < 1000; i++ {
 		sum := sha256.Sum256([]byte(strconv.Itoa(i)))
@@ -413,7 +413,7 @@ func TestS3PresignCredentialExpiry(t *testing.T) {
 				CanExpire: true, Expires: credEnd}, nil
 		}),
 	})
-	p, err := NewS3Signer(client, "segments", func(id string) string { return store.S3ObjectKey("", id) }, S3Options{TTL: 60 * time.Second})
+	p, err := NewS3Signer(client, "segments", func(id string) string { return s3store.ObjectKey("", id) }, S3Options{TTL: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func s3tDropXID(stack *middleware.Stack) error {
 func TestS3PresignVectors(t *testing.T) {
 	for _, v := range s3tVectors(t) {
 		t.Run(v.Name, func(t *testing.T) {
-			st := s3tStore(t, store.S3Options{
+			st := s3tStore(t, s3store.Options{
 				Bucket: v.Config.Bucket, Region: v.Config.Region, Endpoint: v.Config.Endpoint,
 				Prefix: v.Config.KeyPrefix, AccessKeyID: v.Config.AccessKeyID,
 				SecretAccessKey: v.Config.SecretAccessKey, SessionToken: v.Config.SessionToken,
@@ -575,7 +575,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 	srv.CreateBucket(t, "segments")
 	body := []byte("bytes behind a presigned redirect")
 	id := s3test.PutSegment(t, srv.Client(), "segments", "syncular/", body, "")
-	st := s3tStore(t, store.S3Options{
+	st := s3tStore(t, s3store.Options{
 		Bucket: "segments", Region: srv.Region, Endpoint: srv.Endpoint, Prefix: "syncular/",
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey,
 	})
@@ -664,7 +664,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 // ---- benchmarks -------------------------------------------------------
 
 func BenchmarkS3PresignCached(b *testing.B) {
-	st := s3tStore(b, store.S3Options{Prefix: "syncular/"})
+	st := s3tStore(b, s3store.Options{Prefix: "syncular/"})
 	p := s3tPresigner(b, st, S3Options{})
 	ctx := context.Background()
 	now, notAfter := s3tAt(1), s3tAt(1e6)
@@ -684,7 +684,7 @@ func BenchmarkS3PresignCached(b *testing.B) {
 }
 
 func BenchmarkS3PresignUncached(b *testing.B) {
-	st := s3tStore(b, store.S3Options{Prefix: "syncular/"})
+	st := s3tStore(b, s3store.Options{Prefix: "syncular/"})
 	p := s3tPresigner(b, st, S3Options{})
 	ctx := context.Background()
 	now := s3tAt(0)

@@ -13,11 +13,6 @@ import (
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
-// ErrCorruptSegment is a store fault: the bytes a store returned for a
-// segment id do not hash to it (or are not the record's byteLength long).
-// They are never served and never cached.
-var ErrCorruptSegment = errors.New("segment bytes do not match their id")
-
 // Default cache settings (see CacheOptions).
 const (
 	DefaultRecordTTL  = 2 * time.Second
@@ -489,7 +484,7 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	b := make([]byte, size)
 	if c.filler != nil {
 		// The store reads it its own way (SQLite: without holding a
-		// lock across the read where it can, sqlite_lockfree.go).
+		// lock across the read where it can, store/sqlite/lockfree.go).
 		err = c.fillInto(ctx, c.filler, segmentID, b)
 	} else {
 		err = c.readWhole(ctx, segmentID, b)
@@ -507,7 +502,7 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 }
 
 // fillerInto is a store that reads a whole segment into a buffer of its
-// record's length itself (SQLite.FillInto); the caller verifies the hash.
+// record's length itself (the SQLite store's FillInto); the caller verifies the hash.
 type fillerInto interface {
 	FillInto(ctx context.Context, segmentID string, buf []byte) error
 }

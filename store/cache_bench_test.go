@@ -11,6 +11,8 @@ import (
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // The grant check as the handler runs it on a warm edge: the record comes
@@ -70,7 +72,7 @@ func BenchmarkCachedGrantSQLite(b *testing.B) {
 	if err := w.SetEpoch("p1", "e1", 1); err != nil {
 		b.Fatal(err)
 	}
-	s, err := store.OpenSQLite(path, store.SQLiteOptions{})
+	s, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,7 +93,7 @@ func BenchmarkCachedGrantS3(b *testing.B) {
 		"createdAtMs": benchNowMs, "expiresAtMs": benchNowMs + 3600_000,
 	}
 	id := s3test.PutSegment(b, srv.Client(), "bench", "", body, s3test.RecordHeader(rec))
-	s, err := store.NewS3(context.Background(), store.S3Options{
+	s, err := s3.New(context.Background(), s3.Options{
 		Bucket: "bench", Region: srv.Region, Endpoint: srv.Endpoint,
 		AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true,
 	})

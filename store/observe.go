@@ -89,48 +89,33 @@ type FlowStats struct {
 	// Gate is the store read gate's slots in use, reads waiting and
 	// reads refused ErrOverloaded (fair.go).
 	Gate FairStats
-	// SQLite is how a SQLite store (a rollback-journal file) answered
-	// record lookups and fills; zero for any other store.
-	SQLite SQLiteReads
-	// S3Errors is the faults an S3 store met, by class; zero for any
-	// other store.
-	S3Errors S3ErrorStats
+	// Backend is the inner store's own figures when it is a Reporter
+	// (a SQLite store's read paths, an S3 store's faults), else nil.
+	Backend any
 }
 
-// SQLiteReads is a SQLite store's RecordReadStats and LockFreeStats.
-type SQLiteReads struct {
-	Records RecordReadStats
-	Fills   LockFreeStats
+// Reporter is a backing store that counts how it answered. Flow passes
+// its figures on as they are, without knowing their type: whoever chose
+// the backend reads them.
+type Reporter interface {
+	// Report returns the store's figures now.
+	Report() any
 }
 
 // Flow returns the in-progress gauges and the store bytes counter. The
 // disk tier, which several Cached may share, reports its own
 // (disk.Stats.FillsInFlight and Following).
 func (c *Cached) Flow() FlowStats {
-	return FlowStats{
+	f := FlowStats{
 		StoreReadBytes: c.storeRead.Load(),
 		MemoryFills:    c.fills.inFlight.Load(),
 		MemoryWaiting:  c.fills.joinedNow.Load(),
 		Gate:           c.gate.stats(),
-		SQLite:         sqliteReads(c.inner),
-		S3Errors:       s3Errors(c.inner),
 	}
-}
-
-// sqliteReads is inner's SQLiteReads when it is a SQLite store.
-func sqliteReads(inner Store) SQLiteReads {
-	s, ok := inner.(*SQLite)
-	if !ok {
-		return SQLiteReads{}
+	if r, ok := c.inner.(Reporter); ok {
+		f.Backend = r.Report()
 	}
-	return SQLiteReads{Records: s.RecordReadStats(), Fills: s.LockFreeStats()}
-}
-
-func s3Errors(inner Store) S3ErrorStats {
-	if s, ok := inner.(*S3); ok {
-		return s.ErrorStats()
-	}
-	return S3ErrorStats{}
+	return f
 }
 
 // openInner streams a body from the inner store, counting its bytes,

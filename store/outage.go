@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,23 +63,21 @@ var ErrCorruptBackoff = errors.New("not read again until its backoff ends")
 
 // Unreadable reports whether err means the store could not be read at all
 // now (a timeout, a refused or reset connection, an HTTP 5xx, 408 or 429, a
-// SQLite I/O, open or lock error, ErrStoreDown), as opposed to an answer: a
-// record or bytes, ErrNotFound, a corrupt record or corrupt bytes, a range
-// the object does not have, any other 4xx (a denied or malformed request),
-// or a caller that went away (context.Canceled), or ErrOverloaded (the
-// read gate refused it: the store was not called).
+// SQLite I/O, open or lock error, ErrStoreDown: any error it does not
+// know), as opposed to an answer: a record or bytes, ErrNotFound, a
+// corrupt record or corrupt bytes, a range the object does not have
+// (ErrRangeNotSatisfiable), a request the store refused (ErrRefused: any
+// other 4xx, a denied or malformed request), a caller that went away
+// (context.Canceled), or ErrOverloaded (the read gate refused it: the
+// store was not called). It reads only the core's errors, which the
+// backends wrap.
 func Unreadable(err error) bool {
 	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, ErrCorruptSegment) || errors.Is(err, ErrOverloaded) ||
-		errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrRangeNotSatisfiable) {
+		errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrRangeNotSatisfiable) || errors.Is(err, ErrRefused) {
 		return false
 	}
 	if errors.Is(err, ErrStoreDown) {
 		return true
-	}
-	var se *S3Error
-	if errors.As(err, &se) && se.StatusCode != 0 {
-		s := se.StatusCode
-		return s >= 500 || s == http.StatusRequestTimeout || s == http.StatusTooManyRequests
 	}
 	if errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		return false

@@ -12,7 +12,7 @@ import (
 
 // DefaultTimeout is the one default bound on a store call: the handler's
 // store_timeout, the cache's shared calls (CacheOptions.Timeout) and the
-// SQLite busy wait (SQLiteOptions.BusyTimeout) all default to it. A store
+// SQLite busy wait (sqlite.Options.BusyTimeout) all default to it. A store
 // slower than this is a fault the client is asked to retry.
 const DefaultTimeout = 5 * time.Second
 

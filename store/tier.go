@@ -21,7 +21,7 @@ import (
 // byte, when it does not match its id.
 
 // blobCopier is a store that can copy a segment's bytes into a local
-// writer in one short read (SQLite.CopyBlob): the disk tier's fill source.
+// writer in one short read (the SQLite store's CopyBlob): the disk tier's fill source.
 type blobCopier interface {
 	CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error)
 }

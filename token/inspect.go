@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/syncular/caddy-syncular/internal/termsafe"
 )
 
 // Verdicts of an inspection.
@@ -239,7 +237,7 @@ func (r *Report) explain(seg string) string {
 		return fmt.Sprintf("expired %s ago: exp %s + skew %s = %s is before now %s",
 			roundDur(-r.Remaining), fmtExp(r.Exp), r.Skew, r.AcceptedUntil.UTC().Format(time.RFC3339Nano), r.Now.UTC().Format(time.RFC3339Nano))
 	case ReasonSegment:
-		return fmt.Sprintf("the token is for segment %s, the URL asks for %s", fmtClaim(r.Claims["seg"]), termsafe.Field(seg))
+		return fmt.Sprintf("the token is for segment %s, the URL asks for %s", fmtClaim(r.Claims["seg"]), escField(seg))
 	case ReasonScope:
 		if r.ScopeDigest == "" {
 			return fmt.Sprintf("claim sd is %s, want a string", fmtClaim(r.Claims["sd"]))
@@ -255,13 +253,13 @@ func (r *Report) explain(seg string) string {
 }
 
 // String renders the report for people, one fact per line. Every string
-// from the token or the URL is escaped for the terminal (package
-// termsafe): the claims as JSON with \u escapes, other values Go-quoted
-// when they hold anything but printable text.
+// from the token or the URL is escaped for the terminal (escape.go):
+// the claims as JSON with \u escapes, other values Go-quoted when they
+// hold anything but printable text.
 func (r *Report) String() string {
 	var b strings.Builder
 	if r.Decoded {
-		fmt.Fprintf(&b, "claims:    %s\n", termsafe.JSON(r.Payload))
+		fmt.Fprintf(&b, "claims:    %s\n", escJSON(r.Payload))
 		if r.HasExp {
 			fmt.Fprintf(&b, "exp:       %s (%s); accepted until %s with skew %s\n",
 				fmtExp(r.Exp), expTime(r.Exp).UTC().Format(time.RFC3339), r.AcceptedUntil.UTC().Format(time.RFC3339Nano), r.Skew)
@@ -275,14 +273,14 @@ func (r *Report) String() string {
 		seg = "(not given: the token's own seg claim)"
 	}
 	if r.SegmentID != "" {
-		seg = termsafe.Field(seg)
+		seg = escField(seg)
 	}
 	fmt.Fprintf(&b, "segment:   %s\n", seg)
 	for _, c := range []struct{ name, v string }{{"scope:", r.ScopeDigest}, {"audience:", r.Audience}} {
 		if c.v == "" {
 			fmt.Fprintf(&b, "%-10s (not given: not compared; the edge compares it with the store's publications)\n", c.name)
 		} else {
-			fmt.Fprintf(&b, "%-10s %s\n", c.name, termsafe.Field(c.v))
+			fmt.Fprintf(&b, "%-10s %s\n", c.name, escField(c.v))
 		}
 	}
 	switch {
@@ -376,7 +374,7 @@ func fmtClaim(v any) string {
 	case float64:
 		return strconv.FormatFloat(x, 'g', -1, 64)
 	default: // an object or array: its keys and strings escaped too
-		return termsafe.Text(fmt.Sprintf("%v (%T)", x, x), false)
+		return escText(fmt.Sprintf("%v (%T)", x, x))
 	}
 }
 

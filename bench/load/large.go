@@ -26,6 +26,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 const largeSize = 64 << 20
@@ -209,7 +210,7 @@ func (le *largeEdge) url(i int) string {
 func (le *largeEdge) storeReads() int {
 	if le.backend == "s3" {
 		time.Sleep(200 * time.Millisecond) // let versitygw flush its log
-		return countLog(le.e.gw.AccessLog, "s3_GetObject", store.S3ObjectKey("", le.seg.id))
+		return countLog(le.e.gw.AccessLog, "s3_GetObject", s3.ObjectKey("", le.seg.id))
 	}
 	n, _ := metricSum(le.admin, "caddy_syncular_disk_fills_total")
 	return int(n)

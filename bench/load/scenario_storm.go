@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 type stormResult struct {
@@ -56,7 +56,7 @@ func (e *env) runStorm(cached bool) (*stormResult, error) {
 		return nil, err
 	}
 	time.Sleep(200 * time.Millisecond)
-	key := store.S3ObjectKey("", e.storm.id)
+	key := s3.ObjectKey("", e.storm.id)
 	gets0, heads0 := countLog(e.gw.AccessLog, "s3_GetObject", key), countLog(e.gw.AccessLog, "s3_HeadObject", key)
 	res := &stormResult{cached: cached, clients: *flagClients, cfg: strings.TrimSpace(extra)}
 	res.rssStart, _ = procStatus(edge.pid(), "VmRSS")

@@ -20,6 +20,7 @@ import (
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	s3store "github.com/syncular/caddy-syncular/store/s3"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -161,9 +162,9 @@ func (e *env) putFor(ctx context.Context, part string, b []byte) (string, error)
 		CreatedAtMs: now, ExpiresAtMs: now + 24*3600*1000,
 	})
 	for _, put := range []*s3.PutObjectInput{
-		{Bucket: aws.String(bucket), Key: aws.String(store.S3ObjectKey("", id)), Body: bytes.NewReader(b),
+		{Bucket: aws.String(bucket), Key: aws.String(s3store.ObjectKey("", id)), Body: bytes.NewReader(b),
 			ContentLength: aws.Int64(int64(len(b))), ContentType: aws.String("application/octet-stream")},
-		{Bucket: aws.String(bucket), Key: aws.String(store.S3RecordKey("", id)), Body: bytes.NewReader(rec),
+		{Bucket: aws.String(bucket), Key: aws.String(s3store.RecordKey("", id)), Body: bytes.NewReader(rec),
 			ContentLength: aws.Int64(int64(len(rec))), ContentType: aws.String("application/json")},
 	} {
 		if _, err := e.s3.PutObject(ctx, put); err != nil {

@@ -50,6 +50,7 @@ import (
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	s3store "github.com/syncular/caddy-syncular/store/s3"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -337,8 +338,8 @@ func (s *soak) setup() error {
 		p.ByteLength, p.MediaType, p.SchemaVersion = int64(len(b)), "rows", 1
 		rec := seed.S3Record(id, p)
 		for _, in := range []*s3.PutObjectInput{
-			{Bucket: aws.String("segments"), Key: aws.String(store.S3ObjectKey("", id)), Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b)))},
-			{Bucket: aws.String("segments"), Key: aws.String(store.S3RecordKey("", id)), Body: bytes.NewReader(rec), ContentLength: aws.Int64(int64(len(rec)))},
+			{Bucket: aws.String("segments"), Key: aws.String(s3store.ObjectKey("", id)), Body: bytes.NewReader(b), ContentLength: aws.Int64(int64(len(b)))},
+			{Bucket: aws.String("segments"), Key: aws.String(s3store.RecordKey("", id)), Body: bytes.NewReader(rec), ContentLength: aws.Int64(int64(len(rec)))},
 		} {
 			if _, err := c.PutObject(ctx, in); err != nil {
 				return segment{}, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	s3store "github.com/syncular/caddy-syncular/store/s3"
 	"github.com/syncular/caddy-syncular/token"
 )
 
@@ -128,7 +129,7 @@ func seedS3(ctx context.Context, g *gateway, dir string) ([]demoSegment, error) 
 			ContentType:   aws.String("application/octet-stream"),
 		}
 		if writeLegacyHeader {
-			seg.Metadata = map[string]string{store.S3RecordMetaKey: base64.RawURLEncoding.EncodeToString(rec)}
+			seg.Metadata = map[string]string{s3store.RecordMetaKey: base64.RawURLEncoding.EncodeToString(rec)}
 		}
 		recObj := &s3.PutObjectInput{
 			Bucket:        aws.String(demoBucket),

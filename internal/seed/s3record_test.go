@@ -5,6 +5,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/store/s3"
 )
 
 // The record S3Record writes is read back by the store's own decoder with
@@ -15,7 +16,7 @@ func TestS3RecordDecodes(t *testing.T) {
 		ScopeDigest: "aa", ByteLength: 9, CreatedAtMs: 1, ExpiresAtMs: 100}
 	b := a
 	b.Partition, b.ScopeDigest, b.ExpiresAtMs = "p2", "bb", 200
-	rec, err := store.DecodeS3RecordObject(seed.S3Record(id, a, b), id)
+	rec, err := s3.DecodeRecordObject(seed.S3Record(id, a, b), id)
 	if err != nil {
 		t.Fatal(err)
 	}

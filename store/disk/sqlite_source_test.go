@@ -2,6 +2,7 @@ package disk_test
 
 import (
 	"context"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 	"io"
 	"path/filepath"
 	"sync"
@@ -13,7 +14,7 @@ import (
 )
 
 // The wiring the handler will use: a SQLite store file (written the way
-// the reference writes it) fills the disk tier through SQLiteBlobs, and
+// the reference writes it) fills the disk tier through sqlite.Blobs, and
 // concurrent readers get the bytes while the store is read once.
 func TestFillFromSQLiteBlobs(t *testing.T) {
 	s := newSegment(3<<20, 80)
@@ -28,7 +29,7 @@ func TestFillFromSQLiteBlobs(t *testing.T) {
 	if err != nil || id != s.id {
 		t.Fatalf("put: %v (id %s)", err, id)
 	}
-	blobs, err := store.OpenSQLiteBlobs(w.Path(), store.SQLiteOptions{})
+	blobs, err := sqlite.OpenBlobs(w.Path(), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
