@@ -95,7 +95,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, g grant, d *de
 	d.inFlight = h.metrics.enterDelivery() // left in finish
 	var s signed
 	if h.Delivery == DeliveryRedirect && !h.streamsLegacy(g.rec) {
-		s = h.sign(r.Context(), g, d)
+		s = h.sign(d.ctx, g, d)
 	}
 	a := h.plan(r, g, s)
 	d.setDelivery(a.delivery)
@@ -271,7 +271,7 @@ const bytesHeaderSlots = 9
 // not verify, and the answer is then aborted.
 func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *decision, a *answer) {
 	// Bound the time to open the bytes, not the time to stream them.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(d.ctx)
 	defer cancel()
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
 	start := time.Now()
@@ -298,7 +298,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	// when its client stalls (streamcap.go).
 	sqliteStream := h.Store != nil && h.Store.Backend == backendSQLite && body.Streamed()
 	if sqliteStream {
-		if !h.sqliteStreams.acquire(r.Context(), h.slotWait) {
+		if !h.sqliteStreams.acquire(d.ctx, h.slotWait) {
 			h.overloaded(w, d)
 			return
 		}
