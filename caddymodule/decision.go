@@ -32,6 +32,10 @@ type decision struct {
 	cache    cacheKind  // how a granted answer was made (cachestatus.go)
 	inFlight bool       // counted in caddy_syncular_downloads_in_flight until finish
 	tr       traceMarks // when traced: the steps' times (tracing.go)
+	// ctx is the request's context with the verified audience as the
+	// store's tenant (store.WithTenant): the context of every store call
+	// once the token is verified.
+	ctx context.Context
 }
 
 func (d *decision) setOutcome(outcome string) {

@@ -36,7 +36,7 @@ func (g grant) maxAge() int64 {
 // the store cannot be read, a record read within grace decides (d.grace),
 // refusals included. On refusal the answer is written and ok is false.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *token.Claims, now time.Time) (g grant, ok bool) {
-	ctx, cancel := h.lookupContext(r.Context())
+	ctx, cancel := h.lookupContext(d.ctx)
 	start := time.Now()
 	d.tr.lookupAt = start
 	rec, err := h.lookupRecord(ctx, segID, d) // tracing.go (d.grace: a grace record)
@@ -59,7 +59,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 	if res.Outcome != store.Granted && !d.grace {
 		// A grace record was served because the store just failed:
 		// re-reading it now would only wait on the store again.
-		rec, res = h.recheck(r.Context(), segID, rec, res, claims, nowMs)
+		rec, res = h.recheck(d.ctx, segID, rec, res, claims, nowMs)
 	}
 	if res.Outcome != store.Granted {
 		e, msg := grantRefusal(res)

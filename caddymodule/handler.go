@@ -87,8 +87,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	d.aud = claims.Aud
 	d.ph.publishTenant(claims.Aud, h.obs.tenantKey)
 	// The store shares its read slots fairly between tenants (the
-	// verified audience, in memory only: store.WithTenant).
-	r = r.WithContext(store.WithTenant(ctx, claims.Aud))
+	// verified audience, in memory only: store.WithTenant). The steps
+	// below read the store under d.ctx; the request itself is not copied
+	// for it.
+	d.ctx = store.WithTenant(ctx, claims.Aud)
 
 	// 2. Grant: may this token have these bytes now?
 	g, ok := h.authorize(w, r, d, segID, &claims, now)

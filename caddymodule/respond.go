@@ -95,7 +95,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, g grant, d *de
 	d.inFlight = h.metrics.enterDelivery() // left in finish
 	var s signed
 	if h.Delivery == DeliveryRedirect && !h.streamsLegacy(g.rec) {
-		s = h.sign(r.Context(), g, d)
+		s = h.sign(d.ctx, g, d)
 	}
 	a := h.plan(r, g, s)
 	d.setDelivery(a.delivery)
@@ -219,29 +219,51 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, g grant, d *deci
 
 // setBytesHeaders sets the headers of a 200/206 answer whose body has the
 // coding and size bytes (-1: unknown, no Content-Length), and records the
-// grant.
+// grant. Every answer sets them, so they cost two allocations whatever
+// their number: one string holds the ETag, Cache-Control and
+// Content-Length texts, and one array the values, each header its own
+// element capped at its length, so that an append elsewhere (Header.Add)
+// copies instead of writing into its neighbour. The keys are written in
+// canonical form.
 func (a *answer) setBytesHeaders(hdr http.Header, g grant, coding compress.Coding, size int64, d *decision) {
-	setGrantHeaders(hdr, g.segID, coding, a.maxAge)
-	hdr.Set("Content-Type", "application/octet-stream")
-	hdr.Set("Accept-Ranges", "bytes")
-	hdr.Set("X-Content-Type-Options", "nosniff")
+	etag, cacheControl, length := grantHeaderText(g.segID, coding, a.maxAge, size)
+	vals := new([bytesHeaderSlots]string)
+	i := 0
+	put := func(key, v string) {
+		vals[i] = v
+		hdr[key] = vals[i : i+1 : i+1]
+		i++
+	}
+	put("Etag", etag)
+	put("Cache-Control", cacheControl)
+	put("Content-Type", "application/octet-stream")
+	put("Accept-Ranges", "bytes")
+	put("X-Content-Type-Options", "nosniff")
 	if size >= 0 {
-		hdr.Set("Content-Length", strconv.FormatInt(size, 10))
+		put("Content-Length", length)
 	}
 	if a.partial {
-		hdr.Set("Content-Range", a.br.contentRange(g.rec.ByteLength))
+		put("Content-Range", a.br.contentRange(g.rec.ByteLength))
 	}
 	// Vary on every answer of a compressing handler, identity included,
-	// so a shared cache keys on Accept-Encoding.
+	// so a shared cache keys on Accept-Encoding (added to a Vary already
+	// set, as Header.Add does).
 	if a.vary {
-		hdr.Add("Vary", "Accept-Encoding")
+		if prev := hdr["Vary"]; len(prev) > 0 {
+			hdr["Vary"] = append(prev, "Accept-Encoding")
+		} else {
+			put("Vary", "Accept-Encoding")
+		}
 	}
 	if coding != compress.Identity {
-		hdr.Set("Content-Encoding", coding.String())
+		put("Content-Encoding", coding.String())
 		d.tr.coding = coding.String()
 	}
 	d.setOutcome(outcomeGranted)
 }
+
+// bytesHeaderSlots is the most values setBytesHeaders sets.
+const bytesHeaderSlots = 9
 
 // writeBody opens the planned body, writes its headers and the bytes. A
 // variant still being encoded has no Content-Length (HTTP/1.1 sends it
@@ -249,7 +271,7 @@ func (a *answer) setBytesHeaders(hdr http.Header, g grant, coding compress.Codin
 // not verify, and the answer is then aborted.
 func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *decision, a *answer) {
 	// Bound the time to open the bytes, not the time to stream them.
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(d.ctx)
 	defer cancel()
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
 	start := time.Now()
@@ -276,7 +298,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	// when its client stalls (streamcap.go).
 	sqliteStream := h.Store != nil && h.Store.Backend == backendSQLite && body.Streamed()
 	if sqliteStream {
-		if !h.sqliteStreams.acquire(r.Context(), h.slotWait) {
+		if !h.sqliteStreams.acquire(d.ctx, h.slotWait) {
 			h.overloaded(w, d)
 			return
 		}
@@ -359,7 +381,7 @@ func (h *Handler) compressing() bool { return len(h.codings) > 0 }
 // short-lived grant), for maxAge seconds.
 func setGrantHeaders(hdr http.Header, segID string, coding compress.Coding, maxAge int64) {
 	vals := make([]string, 2)
-	vals[0], vals[1] = grantHeaderText(segID, coding, maxAge)
+	vals[0], vals[1], _ = grantHeaderText(segID, coding, maxAge, -1)
 	hdr["Etag"], hdr["Cache-Control"] = vals[0:1:1], vals[1:2:2]
 }
 
@@ -399,16 +421,21 @@ func redirectCacheControl(maxAge int64) string {
 	return "private, max-age=" + strconv.FormatInt(max(maxAge, 0), 10)
 }
 
-// grantHeaderText is the ETag of the coding's representation and the
-// Cache-Control value of a grant, built as one string.
-func grantHeaderText(segID string, coding compress.Coding, maxAge int64) (etag, cacheControl string) {
-	var b [128]byte
+// grantHeaderText is the ETag of the coding's representation, the
+// Cache-Control value of a grant and, when size >= 0, the Content-Length
+// of size, built as one string.
+func grantHeaderText(segID string, coding compress.Coding, maxAge, size int64) (etag, cacheControl, length string) {
+	var b [160]byte
 	buf := compress.AppendETag(b[:0], segID, coding)
 	n := len(buf)
 	buf = append(buf, "private, max-age="...)
 	buf = strconv.AppendInt(buf, maxAge, 10)
+	m := len(buf)
+	if size >= 0 {
+		buf = strconv.AppendInt(buf, size, 10)
+	}
 	s := string(buf)
-	return s[:n], s[n:]
+	return s[:n], s[n:m], s[m:]
 }
 
 // presignURL is the redirect URL for g: the CDN's signed URL when a cdn

@@ -85,6 +85,7 @@ var (
 	flagOut     = flag.String("o", "", "also write the Markdown report to this file")
 	flagPin     = flag.String("pin", "", "run the Caddy processes and the load generators on separate CPUs, as \"<server cpus>:<load cpus>\" (taskset -c lists, e.g. \"1:0\"); empty: no pinning")
 	flagPprof   = flag.String("pprof", "", "save CPU profiles of both sides during the first round of the side-by-side scenarios into this directory")
+	flagBase    = flag.String("caddy-base", "", "another build of the edge (e.g. main's bin/caddy, copied aside): (a) and (b) run it too, with the same config, as a peer of the edge in the same rounds, so the edge ÷ base ratios compare two builds under the same load")
 )
 
 // A scenario is one measurement of the report. To add one, write

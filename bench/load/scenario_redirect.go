@@ -99,6 +99,24 @@ http://127.0.0.1:%d {
 		edge:  targets("b-edge-template", edge, edgeAdmin, pTmpl, e.token),
 		plain: targets("b-plain-template", plain, plainAdmin, pPlain, e.token),
 	}}
+	if *flagBase != "" {
+		baseAdmin := freePort()
+		bHMAC, bTmpl := freePort(), freePort()
+		base, err := e.startCaddy("redirect-edge-base", *flagBase, fmt.Sprintf(globalOpts, baseAdmin)+
+			edgeSite(bHMAC, audHMAC, e.s3Block(), "delivery redirect")+
+			edgeSite(bTmpl, audTemplate, e.s3Block(), "delivery redirect"))
+		if err != nil {
+			return err
+		}
+		if err := waitHTTP(base, hmacURL(bHMAC)); err != nil {
+			return err
+		}
+		if _, err := expectStatus(hmacURL(bHMAC), http.StatusFound); err != nil {
+			return fmt.Errorf("base build: %w", err)
+		}
+		pairs[0].peers = append(pairs[0].peers, basePeer(targets("b-base-hmac", base, baseAdmin, bHMAC, e.hmacToken)))
+		pairs[1].peers = append(pairs[1].peers, basePeer(targets("b-base-template", base, baseAdmin, bTmpl, e.token)))
+	}
 	rep.pairs = append(rep.pairs, pairs...)
 	return abba(pairs, *flagRounds)
 }

@@ -77,8 +77,29 @@ http://127.0.0.1:%d {
 			{name: "Go's floor", note: "the bench binary as a minimal Go `net/http` server (bench/load/floor.go): the file read into memory once, each request answered with `Content-Length` and the bytes in one `Write`, no token checked. Caddy's own floor is the plain side: stock `file_server` of the same file (`static_response` cannot carry binary bytes)", side: side{proc: floor, load: heyLoad(floorURL)}},
 		},
 	}
+	if *flagBase != "" {
+		baseAdmin, pBase := freePort(), freePort()
+		base, err := e.startCaddy("serve-edge-base", *flagBase,
+			fmt.Sprintf(globalOpts, baseAdmin)+edgeSite(pBase, audTemplate, "store sqlite "+e.dbPath, ""))
+		if err != nil {
+			return err
+		}
+		baseURL := segURL(pBase, e.serveID, tok)
+		if err := waitHTTP(base, baseURL); err != nil {
+			return err
+		}
+		if err := sameBody(edgeURL, baseURL); err != nil {
+			return err
+		}
+		p.peers = append(p.peers, basePeer(side{proc: base, admin: baseAdmin, load: heyLoad(baseURL)}))
+	}
 	rep.pairs = append(rep.pairs, p)
 	return abba([]*pair{p}, *flagRounds)
+}
+
+// basePeer is the -caddy-base build as a peer of the edge.
+func basePeer(s side) *peer {
+	return &peer{name: "base build", note: "`-caddy-base " + *flagBase + "`: another build of the edge with the same config, in the same rounds (edge ÷ base compares the two builds)", side: s}
 }
 
 // sameBody checks that a and b answer 200 with the same bytes.
