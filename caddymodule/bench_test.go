@@ -229,7 +229,7 @@ func BenchmarkServeHTTPDiskHit(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := store.OpenSQLite(path, store.SQLiteOptions{})
+		s, err := sqlite.Open(path, sqlite.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func BenchmarkServeHTTPDiskHit(b *testing.B) {
 			"createdAtMs": testNow.UnixMilli(), "expiresAtMs": testNow.Add(time.Hour).UnixMilli(),
 		}
 		id := s3test.PutSegment(b, srv.Client(), "bench", "", body, s3test.RecordHeader(rec))
-		s3s, err := store.NewS3(context.Background(), store.S3Options{
+		s3s, err := s3.New(context.Background(), s3.Options{
 			Bucket: "bench", Region: srv.Region, Endpoint: srv.Endpoint,
 			AccessKeyID: srv.AccessKey, SecretAccessKey: srv.SecretKey, PathStyle: true,
 		})
