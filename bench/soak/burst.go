@@ -18,7 +18,7 @@ import (
 // burstSettle and burstLate later. It fails when the memory, fds or
 // goroutines the crowd took are still held burstLate after it left,
 // beyond burstSlack and the soak's bounds. burstLate is past the S3
-// client's IdleConnTimeout (90 s, store/s3.go): until then the edge keeps
+// client's IdleConnTimeout (90 s, store/s3/s3.go): until then the edge keeps
 // up to 128 idle connections to the bucket on purpose (two goroutines and
 // an fd each), the ones the crowd's streams opened.
 const (
