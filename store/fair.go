@@ -57,11 +57,11 @@ const (
 	// 1 MiB segments at 50 ms move 320 MB/s, more than a 1 Gbit/s link,
 	// and 16 record reads at 20 ms answer 800 distinct cold lookups a
 	// second, so one tenant's bootstrap of 400 cold segments (800 reads)
-	// fits in the queue's wait. A SQLite read is CPU-bound (about 340 MB/s
-	// per core): 16 already keep every core of a small edge busy. Bench
-	// scenario m measured 16 against 32, 8 and 4 with the store on the
-	// edge's 2 cores: 32 let the storm's reads slow the other tenant's
-	// more, and fewer than 16 did not shorten them consistently.
+	// fits in the queue's wait. A SQLite read is CPU-bound: 16 already
+	// keep every core of a small edge busy. Against 32, 8 and 4 in bench
+	// scenario m, 32 let the storm's reads slow the other tenant's more,
+	// and fewer than 16 did not shorten them consistently
+	// (docs/performance.md, "DefaultStoreSlots").
 	DefaultStoreSlots = 16
 	// DefaultStoreQueue: reads waiting for a slot. A waiter costs a
 	// goroutine and a few hundred bytes (its clients' connections are

@@ -8,11 +8,11 @@ import "os"
 // arrives in writes of 32 KiB or less, and the kernel builds a file's page
 // cache in pages (folios) no larger than the write that created them.
 // Sending a file cached in 32 KiB folios costs more than one cached in
-// large ones: each packet refers to more, smaller pages. Measured on this
-// kind of machine with nginx itself (sendfile on, 200 clients, a 64 MiB
-// file, alternated rounds): 1.15-1.25x the server CPU per answer for a
-// file written in 32 KiB writes against one written in 256 KiB or larger
-// writes (or in one, which makes 2 MiB folios on ext4). So a fill writes
+// large ones: each packet refers to more, smaller pages. nginx itself
+// spends more server CPU per answer on a file written in 32 KiB writes
+// than on one written in 256 KiB or larger writes (or in one, which makes
+// 2 MiB folios on ext4) (docs/performance.md, "Raw sendfile calls and
+// large page cache folios"). So a fill writes
 // zeros ahead of its data, one aligned prefillChunk at a time, and the
 // data overwrites them in the pages those writes made: 2 MiB folios, as
 // a file written in one piece gets. It costs one more memory copy per

@@ -373,8 +373,8 @@ func (s *Store) copyLocked(ctx context.Context, h *sqliteHandle, segmentID strin
 		// its snapshot only holds back checkpoints, for as long as the
 		// copy (a local file write, never a client's pace). One
 		// transaction walks the blob's overflow chain once; chunks would
-		// walk it again from the start each (64 MiB: 0.75 s
-		// chunked against 0.05 s whole, BenchmarkSQLiteCopyBlobWAL).
+		// walk it again from the start each (far slower for a large blob:
+		// docs/performance.md, "One transaction per WAL blob copy").
 		return b.CopyBlob(ctx, segmentID, w)
 	}
 	var size int64
