@@ -99,9 +99,9 @@ func (a *adaptive) base() time.Duration {
 	}
 }
 
-// observe takes the latency of one read that ended at now and returns
+// sample takes the latency of one read that ended at now and returns
 // the limit.
-func (a *adaptive) observe(held time.Duration, now time.Time) int {
+func (a *adaptive) sample(held time.Duration, now time.Time) int {
 	if a.periodStart.IsZero() || now.Sub(a.periodStart) >= adaptBasePeriod {
 		a.basePrev, a.baseCur, a.periodStart = a.baseCur, held, now
 	} else if held < a.baseCur {

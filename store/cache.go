@@ -186,7 +186,7 @@ func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bo
 		defer release()
 		start := c.opts.Now()
 		rec, err := c.lookupInner(sctx, segmentID, start) // cache_group.go
-		c.observe(err)
+		c.feedBreaker(err)
 		switch {
 		case err == nil && rec != nil:
 			c.records.put(segmentID, rec, start)
@@ -344,7 +344,7 @@ func (c *Cached) fillInto(ctx context.Context, fi fillerInto, segmentID string, 
 		return err
 	}
 	err := fi.FillInto(ctx, segmentID, buf)
-	c.observe(err)
+	c.feedBreaker(err)
 	if err == nil {
 		c.storeRead.Add(int64(len(buf)))
 	}

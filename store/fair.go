@@ -303,7 +303,7 @@ func (g *fairGate) release(start time.Time, tenant string) {
 		delete(g.held, tenant)
 	}
 	if held > 0 {
-		if l := g.adapt.observe(held, g.now()); l != g.limit {
+		if l := g.adapt.sample(held, g.now()); l != g.limit {
 			g.limit = l
 			g.limitG.Store(int64(l))
 		}
