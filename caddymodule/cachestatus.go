@@ -62,7 +62,9 @@ const DefaultCacheStatusName = "caddy-syncular"
 // RFC 9211 allows as a cache's name without quoting.
 var cacheStatusNameRe = regexp.MustCompile(`^[A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_` + "`" + `|~]{0,63}$`)
 
-// observe is the handler's resolved cache_status and tenant settings.
+// observe is the handler's resolved cache_status and tenant settings: what
+// an operator sees of a request besides the metrics (Cache-Status and
+// {http.syncular.tenant}), as store/observe.go is what it sees of the store.
 type observe struct {
 	// status holds the Cache-Status value per kind; nil: cache_status off.
 	status *[numCacheKinds]string

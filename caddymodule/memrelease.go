@@ -11,9 +11,8 @@ import (
 // goroutines and requests, the chunks its streams read. When the crowd
 // leaves at once (its clients close without reading), nothing allocates
 // afterwards, so the Go runtime runs no collection until its periodic one
-// (every 2 minutes) and the process keeps the crowd's RSS all that time:
-// 300 stalled readers measured 54 MiB idle, 92 MiB while they stall and
-// still 100 MiB 10 s after they closed.
+// (every 2 minutes) and the process keeps the crowd's RSS all that time
+// (docs/performance.md, "Returning a crowd's memory").
 //
 // So when the SQLite streams of a handler go idle (no stream, no waiter)
 // after an overload (an answer refused 503 edge.overloaded for lack of a

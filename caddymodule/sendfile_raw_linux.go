@@ -18,11 +18,10 @@ import (
 // hundreds of microseconds of kernel work) and returns. The runtime's
 // monitor sees a processor sitting in a system call past one tick, hands
 // it to another thread and wakes that thread, which finds little to do
-// and sleeps again; the sender then has to get a processor back. Measured
-// with 200 clients on a 64 MiB file (a stand-alone Go server, same
-// bytes): about 100 voluntary context switches per answer through net's
-// path against 35 with raw calls (nginx: 34), and 10-25% less CPU per
-// answer. So for an answer sent as one chunk (sendfileSource's whole
+// and sleeps again; the sender then has to get a processor back. Raw
+// calls make far fewer voluntary context switches per answer, about as
+// few as nginx's, and cost less CPU per answer (docs/performance.md, "Raw
+// sendfile calls and large page cache folios"). So for an answer sent as one chunk (sendfileSource's whole
 // mode) the edge makes the calls itself with RawSyscall6, each at most
 // rawSendfileMax bytes, and yields between full calls so a fast reader
 // cannot hold a processor. EAGAIN waits in the netpoller, under the

@@ -14,10 +14,9 @@ import (
 // SQLite store, which holds one chunk buffer per reader (1 MiB: each
 // chunk is its own read transaction, and incremental blob I/O walks the
 // blob's overflow pages from its start on every open, so much smaller
-// chunks cost far more per byte: streaming a 20 MiB blob in 64 KiB chunks
-// measured 15 times slower than in 1 MiB chunks). A reader that never reads pins that
-// buffer: measured about 1.6 MiB of RSS per stalled reader with Go's
-// garbage-collection headroom. So:
+// chunks cost far more per byte). A reader that never reads pins that
+// buffer, and more than its size in RSS with Go's garbage-collection
+// headroom (docs/performance.md, "Bounded SQLite streams"). So:
 //
 //   - at most maxSQLiteStreams such answers stream at once per handler;
 //     one more waits up to streamSlotWait for a slot (fast downloads end
@@ -25,14 +24,13 @@ import (
 //     or that many waiters, it is answered 503 edge.overloaded with a Retry-After
 //     of 1 to overloadRetrySpread seconds chosen at random, so the refused
 //     clients do not come back together. 4 streams hold 4 MiB of chunk
-//     buffers (about 6 MiB of RSS); 300 stalled readers, 4 streaming and
-//     the others waiting or refused, were measured at +17 to +25 MiB of
-//     RSS, most of it the 300 connections and their goroutines, which Go
-//     keeps for more than 10 s after they end (with 32 streams: +41 MiB,
-//     16: +24 to +37, 8: +28 to +30). 4 streams already keep both cores
-//     of a small edge busy (a chunked SQLite stream is CPU-bound, about
-//     340 MB/s per core for a 20 MiB blob). The disk tier, on by default, serves large
-//     segments from files and is not capped.
+//     buffers; what a crowd of stalled readers costs beyond them is
+//     mostly its connections and their goroutines, which Go keeps for a
+//     while after they end, and more streams held more
+//     (docs/performance.md, "Bounded SQLite streams"). 4 streams already
+//     keep both cores of a small edge busy (a chunked SQLite stream is
+//     CPU-bound). The disk tier, on by default, serves large segments
+//     from files and is not capped.
 //   - a stream whose client takes no byte for streamStallTimeout is cut
 //     (the connection's write deadline, renewed on every write), so stalled
 //     readers give their slots back instead of holding them until the

@@ -13,8 +13,10 @@ import (
 //	SYNCULAR_RAW_SENDFILE=off    whole-range disk tier answers go through
 //	                             Go's own sendfile path (net's ReadFrom)
 //	                             instead of raw sendfile(2) calls
-//	                             (sendfile_raw_linux.go): 10-25% more CPU
-//	                             per large answer, measured.
+//	                             (sendfile_raw_linux.go): more CPU per
+//	                             large answer (docs/performance.md, "Raw
+//	                             sendfile calls and large page cache
+//	                             folios").
 //	SYNCULAR_MEMORY_RELEASE=off  no debug.FreeOSMemory after a crowd of
 //	                             SQLite streams leaves (memrelease.go): the
 //	                             crowd's memory stays with the process

@@ -13,13 +13,12 @@ import (
 )
 
 // The levels: the best ratio whose encode of a 64 MiB segment stays within
-// a few seconds of one core. Measured in CPU time on a 2-core AMD EPYC
-// with a real SQLite image and a rows segment (README.md has the table):
-// per 64 MiB, gzip 7 takes about 1.9 s and zstd SpeedBetterCompression
-// about 2.5 s; gzip 9 (7 s) and SpeedBestCompression (10 s) do not fit.
+// a few seconds of one core, measured in CPU time with a real SQLite
+// image and a rows segment; gzip 9 and SpeedBestCompression do not fit
+// (docs/performance.md, "Compression levels"; README.md has the table).
 const (
 	// GzipLevel is gzip's level (klauspost/compress/gzip; 1..9). Level 6
-	// would halve the CPU for a 1-2% larger variant.
+	// would cost less CPU for a slightly larger variant (same section).
 	GzipLevel = 7
 	// ZstdLevel is zstd's level.
 	ZstdLevel = zstd.SpeedBetterCompression

@@ -13,24 +13,23 @@ import (
 // flushed first after StormFirstFlush bytes of input, then every
 // StormFlushEvery, so followers get bytes as they land.
 //
-// Levels, measured on a 66.6 MB SQLite image (BenchmarkStormLevels, one
-// core of CPU time): gzip 1 2.50x at 226 MB/s, gzip 6 2.74x at 118 MB/s,
-// zstd fastest 2.75x at 235 MB/s, zstd default 2.87x at 192 MB/s. The
-// better two are kept: even the slower encodes 64 MiB in about 0.6 s, far
-// less than a mobile client needs to receive the variant, so the encoder
+// Levels, measured on a SQLite image (BenchmarkStormLevels;
+// docs/performance.md, "Compression levels"): of gzip 1 and 6 and zstd
+// fastest and default, the two of better ratio are kept: even the slower
+// of them encodes a segment far faster than a mobile client receives
+// the variant, so the encoder
 // does not hold a follower back while the ratio is what every follower
 // (and every later hit of the kept variant) pays for.
 //
 // What does hold the first byte back is the encoder's start: every
 // follower waits for the first flush. zstd's window sets its history
 // buffer (twice the window, allocated at the first block: 16 MiB for
-// 8 MiB), and allocating that while a crowd of requests runs took tens
-// of milliseconds on a loaded edge; a 256 KiB first block added its
-// encoding. StormZstdWindow is 2 MiB (a 4 MiB history; the ratio on the
-// image above is 2.869x against 2.870x at 8 MiB, 2.862x at 1 MiB): zstd
-// default's match tables do not reach much further back anyway. The
-// first flush comes after 64 KiB, one block, encoded in about a
-// millisecond.
+// 8 MiB), and allocating that while a crowd of requests runs was slow on
+// a loaded edge; a 256 KiB first block added its encoding.
+// StormZstdWindow is 2 MiB (a 4 MiB history; the ratio on the image above
+// is all but the 8 MiB window's: same section): zstd default's match
+// tables do not reach much further back anyway. The first flush comes
+// after 64 KiB, one block, quick to encode.
 const (
 	// StormGzipLevel is gzip's level on the storm path.
 	StormGzipLevel = 6

@@ -41,13 +41,13 @@ import "time"
 // storm is already queued, every step up is taken at once by the queue,
 // and a doubling step overshoots a store of small parallelism by as many
 // reads again as it had, each of them slowing the other tenants' reads
-// for a whole window before the cut (measured in fair_storm_test.go:
-// with doubling, tenant B's p95 beside a storm on a store saturating
-// beyond 4 reads was 2.2×, with steps of 2 it is 1.95×). Vegas's usual
-// thresholds of 1 and 2 queued reads were tried in place of 2 and 4: no
-// better for B on a saturating store, and on a store of jittered latency
-// (20 ± 15 ms) they read the jitter as queueing, held the limit near the
-// floor and refused 15% of the storm's downloads (2 and 4: none).
+// for a whole window before the cut (fair_storm_test.go measures tenant
+// B's p95 beside such a storm; docs/performance.md, "The adaptive limit's
+// step and thresholds"). Vegas's usual thresholds of 1 and 2 queued reads
+// were tried in place of 2 and 4: no better for B on a saturating store,
+// and on a store of jittered latency they read the jitter as queueing,
+// held the limit near the floor and refused some of the storm's
+// downloads, where 2 and 4 refused none (same section).
 
 const (
 	// AdaptiveFloor is the least the adaptive limit falls to (at most
@@ -99,9 +99,9 @@ func (a *adaptive) base() time.Duration {
 	}
 }
 
-// observe takes the latency of one read that ended at now and returns
+// sample takes the latency of one read that ended at now and returns
 // the limit.
-func (a *adaptive) observe(held time.Duration, now time.Time) int {
+func (a *adaptive) sample(held time.Duration, now time.Time) int {
 	if a.periodStart.IsZero() || now.Sub(a.periodStart) >= adaptBasePeriod {
 		a.basePrev, a.baseCur, a.periodStart = a.baseCur, held, now
 	} else if held < a.baseCur {

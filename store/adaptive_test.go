@@ -17,7 +17,7 @@ func simulate(a *adaptive, now *time.Time, windows int, lat func(inFlight int) t
 		n := a.limit
 		*now = now.Add(lat(n))
 		for range n {
-			a.observe(lat(n), *now)
+			a.sample(lat(n), *now)
 		}
 		seen = append(seen, a.limit)
 	}
@@ -390,7 +390,7 @@ func TestAdaptiveWindowIsTheCurrentLimits(t *testing.T) {
 	start := now
 	now = now.Add(30 * time.Millisecond)
 	for range 16 {
-		a.observe(30*time.Millisecond, now)
+		a.sample(30*time.Millisecond, now)
 	}
 	cut := a.limit
 	if cut >= 16 {
@@ -400,7 +400,7 @@ func TestAdaptiveWindowIsTheCurrentLimits(t *testing.T) {
 	// cut) end a little later: they are not the cut limit's window.
 	now = now.Add(time.Millisecond)
 	for range 16 {
-		a.observe(now.Sub(start), now)
+		a.sample(now.Sub(start), now)
 	}
 	if a.limit != cut {
 		t.Fatalf("reads admitted before the cut changed the limit: %d, want %d kept", a.limit, cut)

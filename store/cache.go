@@ -10,109 +10,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/segid"
-	"github.com/syncular/caddy-syncular/store/disk"
 )
-
-// Default cache settings (see CacheOptions).
-const (
-	DefaultRecordTTL  = 2 * time.Second
-	DefaultMaxRecords = 10_000
-	DefaultMaxBytes   = 64 << 20 // 64 MiB
-	DefaultMaxEntry   = 8 << 20  // 8 MiB
-)
-
-// CacheOptions bounds a Cached store. The zero value caches nothing (it
-// only coalesces concurrent calls); DefaultCacheOptions is the documented
-// default.
-type CacheOptions struct {
-	// RecordTTL is how long a record read by Lookup is answered from
-	// memory. It is the staleness the cache allows: a record deleted from
-	// the store, a publication row removed, or a partition's logEpoch
-	// rotated in the registry is still seen for at most RecordTTL after
-	// the read that fetched it began. Publication expiry (expiresAtMs) is
-	// not affected: the grant is evaluated per request with the request's
-	// clock against the cached record. A caller about to refuse on a
-	// record calls Revalidate, so the delay errs on the granting side,
-	// except that a refusal decided on a fresh read is remembered for
-	// min(RefusalWindow, RecordTTL) (RefusedRecently): a re-published
-	// segment is then refused for at most that long. 0: every Lookup
-	// reads the store (concurrent ones still share one read).
-	RecordTTL time.Duration
-	// MaxRecords bounds the record cache (least recently used evicted
-	// first). The entries also tell Open a segment's length, which the
-	// bytes cache needs; 0 turns both off.
-	MaxRecords int
-	// MaxBytes is the budget of the bytes cache: segment bytes held in
-	// memory, including fills in progress. Least recently used segments
-	// are evicted first. 0 disables the bytes cache.
-	MaxBytes int64
-	// MaxEntry is the largest segment kept in the bytes cache; larger
-	// ones stream from the store uncached on every request. Capped at
-	// MaxBytes.
-	MaxEntry int64
-	// Timeout bounds one shared store call (a Lookup, or reading a
-	// segment's bytes into the cache). A shared call runs detached from
-	// the caller that started it, so a client that disconnects does not
-	// fail the others waiting on the same read. 0: DefaultTimeout.
-	Timeout time.Duration
-	// Now is the clock for record ages. nil: time.Now.
-	Now func() time.Time
-	// Disk is the disk tier for segments the bytes cache does not hold
-	// (larger than MaxEntry, or no room): filled once, verified, served
-	// from its file (tier.go). nil: such segments stream from the store.
-	// The caller owns it (it may be shared by several Cached).
-	Disk *disk.Cache
-
-	// Grace is how long a record read from the store keeps answering
-	// Lookup once the store cannot be read (Unreadable: a timeout, a
-	// refused connection, a 5xx, a SQLite I/O or open error; never
-	// ErrNotFound or an answer). Grants decided on it still apply
-	// publication and token expiry to the millisecond; what it freezes
-	// is the rest of the record (fences, checkpoints, publications added
-	// or removed) as of its read. Bytes then come from the memory and disk
-	// tiers only. 0: off (a fault is the caller's answer).
-	Grace time.Duration
-	// BreakerFailures is how many calls of the store in a row must find
-	// it unreadable before the breaker opens: calls then fail at once
-	// with ErrStoreDown, instead of each waiting up to Timeout, while one
-	// background probe (every ProbeInterval) waits for the store to
-	// answer. 0: DefaultBreakerFailures.
-	BreakerFailures int
-	// ProbeInterval is the pause between probes. 0: DefaultProbeInterval.
-	ProbeInterval time.Duration
-	// OnBreaker, when set, is told when the breaker opens (open true, with
-	// the error of the call that opened it) and when it closes again.
-	OnBreaker func(open bool, cause error)
-	// CorruptBackoff is how long a segment whose store bytes failed
-	// verification is answered ErrCorruptBackoff without reading them
-	// again; it doubles with each later failure, up to CorruptBackoffMax,
-	// and a read that verifies clears it. 0: DefaultCorruptBackoff and
-	// DefaultCorruptBackoffMax.
-	CorruptBackoff, CorruptBackoffMax time.Duration
-
-	// Fair bounds the distinct store reads running at once (record
-	// lookups, bytes cache and disk tier fills; callers joining one take
-	// no slot), the reads waiting for a slot and their wait, and admits
-	// waiting reads round-robin across tenants (fair.go). The zero value
-	// sets no bound; DefaultCacheOptions sets DefaultFairOptions.
-	Fair FairOptions
-}
-
-// DefaultCacheOptions returns the defaults: records 2s (10,000 entries),
-// bytes 64 MiB, segments up to 8 MiB cached, shared calls bounded by 5s,
-// records kept deciding grants for 5m of a store outage, at most 16 store
-// reads at once with 1,024 waiting up to 2s each.
-func DefaultCacheOptions() CacheOptions {
-	return CacheOptions{
-		RecordTTL:  DefaultRecordTTL,
-		MaxRecords: DefaultMaxRecords,
-		MaxBytes:   DefaultMaxBytes,
-		MaxEntry:   DefaultMaxEntry,
-		Timeout:    DefaultTimeout,
-		Grace:      DefaultGrace,
-		Fair:       DefaultFairOptions(),
-	}
-}
 
 // Cached is a Store in front of another: it keeps recently read records
 // for a short TTL, keeps verified segment bytes in a bounded LRU, and
@@ -205,74 +103,6 @@ func NewCached(inner Store, opts CacheOptions) *Cached {
 // (CacheOptions.Timeout): a caller needs no timer of its own around them.
 func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
 
-// CacheStats counts cache answers since the store was built.
-type CacheStats struct {
-	// RecordHits and RecordMisses count Lookups answered from memory and
-	// from the store.
-	RecordHits, RecordMisses int64
-	// ByteHits and ByteMisses count Opens answered from the bytes cache
-	// and Opens that filled it (or tried to).
-	ByteHits, ByteMisses int64
-	// PassThrough counts Opens streamed from the store uncached (too
-	// large, length unknown, or no room for a fill).
-	PassThrough int64
-	// DiskReads counts Opens served by the disk tier (a complete file or
-	// a fill in progress).
-	DiskReads int64
-	// Bytes is the memory the bytes cache holds now (entries and fills).
-	Bytes int64
-	// Records is the number of records held.
-	Records int
-	// RecordEvictions and ByteEvictions count entries dropped to stay
-	// within MaxRecords and MaxBytes.
-	RecordEvictions, ByteEvictions int64
-	// Coalesced counts callers that joined a store read already under way
-	// instead of starting their own (lookups and fills).
-	Coalesced int64
-	// Variants counts content-coded variants built (variants.go).
-	Variants VariantStats
-
-	// GraceHits counts Lookups answered, while the store could not be
-	// read, with a record older than RecordTTL but within Grace.
-	GraceHits int64
-	// RefusalHits counts refusals answered from the refusal memo without
-	// a store read (RefusedRecently, and ids a fresh read found absent).
-	RefusalHits int64
-	// BreakerOpen is whether the breaker is open now; BreakerTrips counts
-	// the times it opened, FastFailures the store calls it answered
-	// ErrStoreDown without calling the store.
-	BreakerOpen                bool
-	BreakerTrips, FastFailures int64
-	// CorruptBackoffs counts Opens answered ErrCorruptBackoff.
-	CorruptBackoffs int64
-}
-
-// Stats returns the counters.
-func (c *Cached) Stats() CacheStats {
-	return CacheStats{
-		RecordHits:   c.recordHits.Load(),
-		RecordMisses: c.recordMisses.Load(),
-		ByteHits:     c.byteHits.Load(),
-		ByteMisses:   c.byteMisses.Load(),
-		PassThrough:  c.passThrough.Load(),
-		DiskReads:    c.diskReads.Load(),
-		Bytes:        c.blobs.usage(),
-		Records:      c.records.len(),
-
-		RecordEvictions: c.records.evicted.Load(),
-		ByteEvictions:   c.blobs.evicted.Load(),
-		Coalesced:       c.lookups.joined.Load() + c.fills.joined.Load(),
-		Variants:        c.variantStats(), // tier_variants.go
-
-		GraceHits:       c.graceHits.Load(),
-		RefusalHits:     c.refusalHits.Load() + c.misses.hits.Load(),
-		BreakerOpen:     c.brk.open.Load(),
-		BreakerTrips:    c.brk.trips.Load(),
-		FastFailures:    c.brk.fast.Load(),
-		CorruptBackoffs: c.corrupt.answers.Load(),
-	}
-}
-
 // Lookup answers from the record cache while the record is younger than
 // RecordTTL; otherwise one inner Lookup is shared by every concurrent
 // caller for the id. Errors are not cached; ErrNotFound from a read that
@@ -356,7 +186,7 @@ func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bo
 		defer release()
 		start := c.opts.Now()
 		rec, err := c.lookupInner(sctx, segmentID, start) // cache_group.go
-		c.observe(err)
+		c.feedBreaker(err)
 		switch {
 		case err == nil && rec != nil:
 			c.records.put(segmentID, rec, start)
@@ -514,7 +344,7 @@ func (c *Cached) fillInto(ctx context.Context, fi fillerInto, segmentID string, 
 		return err
 	}
 	err := fi.FillInto(ctx, segmentID, buf)
-	c.observe(err)
+	c.feedBreaker(err)
 	if err == nil {
 		c.storeRead.Add(int64(len(buf)))
 	}

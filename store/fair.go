@@ -57,11 +57,11 @@ const (
 	// 1 MiB segments at 50 ms move 320 MB/s, more than a 1 Gbit/s link,
 	// and 16 record reads at 20 ms answer 800 distinct cold lookups a
 	// second, so one tenant's bootstrap of 400 cold segments (800 reads)
-	// fits in the queue's wait. A SQLite read is CPU-bound (about 340 MB/s
-	// per core): 16 already keep every core of a small edge busy. Bench
-	// scenario m measured 16 against 32, 8 and 4 with the store on the
-	// edge's 2 cores: 32 let the storm's reads slow the other tenant's
-	// more, and fewer than 16 did not shorten them consistently.
+	// fits in the queue's wait. A SQLite read is CPU-bound: 16 already
+	// keep every core of a small edge busy. Against 32, 8 and 4 in bench
+	// scenario m, 32 let the storm's reads slow the other tenant's more,
+	// and fewer than 16 did not shorten them consistently
+	// (docs/performance.md, "DefaultStoreSlots").
 	DefaultStoreSlots = 16
 	// DefaultStoreQueue: reads waiting for a slot. A waiter costs a
 	// goroutine and a few hundred bytes (its clients' connections are
@@ -94,41 +94,6 @@ type FairOptions struct {
 // 1,024 waiting, 2s.
 func DefaultFairOptions() FairOptions {
 	return FairOptions{Slots: DefaultStoreSlots, QueueMax: DefaultStoreQueue, QueueWait: DefaultStoreQueueWait}
-}
-
-// tenantKey is the context key of WithTenant.
-type tenantKey struct{}
-
-// WithTenant returns ctx carrying the tenant that the store work done
-// for ctx is shared by (the gate's fairness key). The handler sets the
-// verified audience; it is kept in memory only, never logged or used as
-// a metrics label. Every granted request makes one, so it is one
-// allocation (context.WithValue would box the string in a second).
-func WithTenant(ctx context.Context, tenant string) context.Context {
-	return &tenantCtx{Context: ctx, tenant: tenant}
-}
-
-// tenantCtx is WithTenant's context: ctx and the tenant. Its Value
-// answers tenantKey with a *string to the field, which boxes nothing.
-type tenantCtx struct {
-	context.Context
-	tenant string
-}
-
-func (c *tenantCtx) Value(key any) any {
-	if _, ok := key.(tenantKey); ok {
-		return &c.tenant
-	}
-	return c.Context.Value(key)
-}
-
-// TenantOf returns the tenant WithTenant set on ctx ("" when none: such
-// work shares one tenant).
-func TenantOf(ctx context.Context) string {
-	if p, ok := ctx.Value(tenantKey{}).(*string); ok {
-		return *p
-	}
-	return ""
 }
 
 // FairStats is the gate's state: slots in use, reads waiting (gauges) and
@@ -338,7 +303,7 @@ func (g *fairGate) release(start time.Time, tenant string) {
 		delete(g.held, tenant)
 	}
 	if held > 0 {
-		if l := g.adapt.observe(held, g.now()); l != g.limit {
+		if l := g.adapt.sample(held, g.now()); l != g.limit {
 			g.limit = l
 			g.limitG.Store(int64(l))
 		}

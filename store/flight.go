@@ -16,8 +16,8 @@ import (
 // Ours, not golang.org/x/sync/singleflight: a DoChan version needs this
 // same mutex and per-key map (to count joins and callers), a Forget and a
 // recover of its own (DoChan re-panics on a new goroutine, ending the
-// process), and measured 3 more allocations per shared call and no faster
-// (BenchmarkCachedLookupShared, BenchmarkCachedOpenFill).
+// process), and allocated more per shared call for no speed
+// (docs/performance.md, "flight, not x/sync/singleflight").
 type flight[T any] struct {
 	mu     sync.Mutex
 	calls  map[string]*flightCall[T]

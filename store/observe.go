@@ -125,7 +125,7 @@ func (c *Cached) openInner(ctx context.Context, segmentID string, off, n int64) 
 		return nil, TierStore, err
 	}
 	rc, err := c.inner.Open(ctx, segmentID, off, n)
-	c.observe(err)
+	c.feedBreaker(err)
 	if err != nil {
 		return nil, TierStore, err
 	}

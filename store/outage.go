@@ -111,8 +111,9 @@ func (c *Cached) guard() error {
 	return nil
 }
 
-// observe records the outcome of a call of the backing store.
-func (c *Cached) observe(err error) {
+// feedBreaker records the outcome of a call of the backing store for the
+// breaker.
+func (c *Cached) feedBreaker(err error) {
 	b := &c.brk
 	if !Unreadable(err) {
 		if b.fails.Load() == 0 && !b.open.Load() {

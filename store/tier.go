@@ -113,7 +113,7 @@ func (c *Cached) diskCopy(segmentID string) disk.Source {
 			ow := &watchedWriter{w: w}
 			_, err := bc.CopyBlob(ctx, segmentID, &countingWriter{w: ow, n: &c.storeRead})
 			if ow.err == nil { // a write error is the disk's, not the store's
-				c.observe(err)
+				c.feedBreaker(err)
 			}
 			return err
 		}

@@ -37,10 +37,8 @@ const MobileRate = 10e6 / 8
 // WaitMinSize. A kept variant is
 // at most 90% of the identity size, so a request that waits this long at
 // most still has its last byte no later than identity would have sent it.
-// Measured builds (gzip 7 at 36 MB per CPU-second, zstd
-// SpeedBetterCompression at 27, on a SQLite image) need about a third of
-// it: 256 KiB builds in about 10 ms (bound 21 ms), 8 MiB in about 0.3 s
-// (bound 0.67 s).
+// Builds at the kept levels end well within it (docs/performance.md,
+// "WaitBound and the build timeout").
 func WaitBound(size int64) time.Duration {
 	if size < WaitMinSize {
 		return 0
@@ -179,7 +177,8 @@ func (c *Cached) variant(segmentID string, coding compress.Coding) (*Body, int64
 		return nil, 0, variantUnavailable // every build slot busy: a later request retries
 	}
 	// A build is CPU-bound: allow it the shared-call timeout plus a second
-	// per MiB (a ~35 MB/s encoder on a loaded core needs well under that).
+	// per MiB (an encoder at the kept levels on a loaded core needs well
+	// under that: docs/performance.md, "WaitBound and the build timeout").
 	timeout := c.opts.Timeout + time.Duration(len(identity)>>20)*time.Second
 	started := c.vt.builds.start(c.ctx, c.background, key, timeout, func(ctx context.Context) (struct{}, error) {
 		defer compress.Builds.Release()

@@ -80,7 +80,7 @@ var touched byte
 
 // A fill that gets its bytes in 32 KiB writes leaves the segment's file
 // in the page cache in 2 MiB folios, as a file written in one piece is
-// (the cheaper pages for sendfile: fill.go). The control is a file of the
+// (the cheaper pages for sendfile: prefill.go). The control is a file of the
 // same size written in one write: when it does not get large folios
 // either (a file system without them) or frame numbers cannot be read,
 // the test skips.

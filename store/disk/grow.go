@@ -318,7 +318,7 @@ func (w *growWriter) Write(p []byte) (int, error) {
 	if h := w.c.hooks.grow; h != nil {
 		p = h(p)
 	}
-	n, err := w.prefillWriter.Write(p) // large page cache pages (fill.go)
+	n, err := w.prefillWriter.Write(p) // large page cache pages (prefill.go)
 	// The bytes are published at flush points (flushed), not per write:
 	// one wake of every follower per flush of the encoder, and
 	// each reads what a flush completed.

@@ -11,7 +11,7 @@ import (
 )
 
 // A fill's file exists ahead of its data in whole aligned 2 MiB steps
-// (written as zeros, so the page cache is built of large pages; fill.go
+// (written as zeros, so the page cache is built of large pages; prefill.go
 // says why), never past the segment's size, while a follower reads only
 // the bytes the source wrote: never a zero of the prefill.
 func TestFillPrefillsAlignedChunks(t *testing.T) {

@@ -331,7 +331,7 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 		return 0, "", unavailable(err)
 	}
 	tmp := tf.Name()
-	// Prefilled for large page cache pages (fill.go), then cut to the
+	// Prefilled for large page cache pages (prefill.go), then cut to the
 	// encoded size.
 	pw := newPrefillWriter(tf, size)
 	written, err := compress.EncodeBounded(coding, &pw, compress.ContextReader(ctx, src), size)
