@@ -3,7 +3,8 @@
 // "§4") names a numbered heading of docs/protocol.md, and no comment
 // points outside the repository (the contract's old file name, which was
 // never in it, or the sibling directory the vectors used to come from) or
-// at an issue number. Its test runs it over the whole module in
+// at an issue number; and no library file is longer than MaxLibraryLines
+// (LongFiles). Its tests run both over the whole module in
 // `make test`; scripts/cite-protocol.sh rewrites the old citation forms.
 package doccheck
 
@@ -203,5 +204,44 @@ func Check(root string) ([]Problem, error) {
 		}
 		return out[i].Line < out[j].Line
 	})
+	return out, err
+}
+
+// MaxLibraryLines is the most lines a library file may have: a file a
+// reader can hold in mind at once. Longer ones are split along a seam
+// (a type and its methods, one phase of a fill).
+const MaxLibraryLines = 450
+
+// LongFiles lists the library files under root longer than max lines:
+// non-test .go files outside internal/, bench/, cmd/ and the directories
+// Check skips. Tools, benchmarks and commands are not held to it.
+func LongFiles(root string, max int) ([]Problem, error) {
+	var out []Problem
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata" ||
+				rel == "internal" || rel == "bench" || rel == "cmd") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if n := strings.Count(string(b), "\n"); n > max {
+			out = append(out, Problem{File: rel, Line: n, Msg: fmt.Sprintf("%d lines, over %d: split it along a seam", n, max)})
+		}
+		return nil
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].File < out[j].File })
 	return out, err
 }

@@ -125,3 +125,46 @@ func TestCheckPlantedComments(t *testing.T) {
 		t.Errorf("second problem %s, want bad/bad.go:7, a path outside", probs[1])
 	}
 }
+
+// TestLibraryFilesShort: no library file of the module is over
+// MaxLibraryLines.
+func TestLibraryFilesShort(t *testing.T) {
+	probs, err := LongFiles(testkit.ModuleRoot(t), MaxLibraryLines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range probs {
+		t.Error(p)
+	}
+}
+
+// TestLongFilesPlanted: LongFiles finds a long library file and passes
+// over tests, tools and files at the limit.
+func TestLongFilesPlanted(t *testing.T) {
+	root := t.TempDir()
+	lines := func(n int) []byte { return []byte(strings.Repeat("// x\n", n)) }
+	files := map[string]int{
+		"store/long.go":         11,
+		"store/atlimit.go":      10,
+		"store/long_test.go":    50,
+		"internal/tool/long.go": 50,
+		"bench/load/long.go":    50,
+		"cmd/demo/long.go":      50,
+	}
+	for rel, n := range files {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, lines(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probs, err := LongFiles(root, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(probs) != 1 || probs[0].File != filepath.Join("store", "long.go") || probs[0].Line != 11 {
+		t.Fatalf("LongFiles = %v, want only store/long.go at 11 lines", probs)
+	}
+}
