@@ -142,11 +142,9 @@ func inReadTx(ctx context.Context, pool *sqlitex.Pool, fn func(conn *sqlite.Conn
 	return fn(conn)
 }
 
-// openRowBlob opens the bytes of segmentID's row on conn (inside readTx)
-// and returns the blob and the row's byte_length. found is false without
-// a row; the caller closes the blob.
-func (b *Blobs) openRowBlob(ctx context.Context, conn *sqlite.Conn, segmentID string) (blob *sqlite.Blob, length int64, found bool, err error) {
-	rowid := int64(0)
+// segmentRow reads the rowid and byte_length of segmentID's row on conn;
+// found is false without a row.
+func segmentRow(conn *sqlite.Conn, segmentID string) (rowid, length int64, found bool, err error) {
 	err = sqlitex.Execute(conn, `SELECT rowid, byte_length FROM sync_segments WHERE segment_id = ?1`,
 		&sqlitex.ExecOptions{
 			Args: []any{segmentID},
@@ -155,6 +153,14 @@ func (b *Blobs) openRowBlob(ctx context.Context, conn *sqlite.Conn, segmentID st
 				return nil
 			},
 		})
+	return rowid, length, found, err
+}
+
+// openRowBlob opens the bytes of segmentID's row on conn (inside readTx)
+// and returns the blob and the row's byte_length. found is false without
+// a row; the caller closes the blob.
+func (b *Blobs) openRowBlob(ctx context.Context, conn *sqlite.Conn, segmentID string) (blob *sqlite.Blob, length int64, found bool, err error) {
+	rowid, length, found, err := segmentRow(conn, segmentID)
 	if err != nil {
 		return nil, 0, false, b.fault(ctx, err)
 	}

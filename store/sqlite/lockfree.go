@@ -265,15 +265,7 @@ func lockFreeRead(ctx context.Context, pool *sqlitex.Pool, segmentID string, pw 
 
 // lockFreeCopy is lockFreeRead's copy, inside its transaction.
 func lockFreeCopy(conn *sqlite.Conn, segmentID string, pw *pendingWriter) (err error) {
-	rowid, length, found := int64(0), int64(0), false
-	err = sqlitex.Execute(conn, `SELECT rowid, byte_length FROM sync_segments WHERE segment_id = ?1`,
-		&sqlitex.ExecOptions{
-			Args: []any{segmentID},
-			ResultFunc: func(st *sqlite.Stmt) error {
-				rowid, length, found = st.ColumnInt64(0), st.ColumnInt64(1), true
-				return nil
-			},
-		})
+	rowid, length, found, err := segmentRow(conn, segmentID)
 	if err != nil {
 		return err
 	}
