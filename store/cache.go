@@ -314,12 +314,10 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	b := make([]byte, size)
 	if c.filler != nil {
 		// The store reads it its own way (SQLite: without holding a
-		// lock across the read where it can, store/sqlite/lockfree.go).
+		// lock across the read where it can, store/sqlite/lockfree.go)
+		// and verifies it in the same pass.
 		err = c.fillInto(ctx, c.filler, segmentID, b)
-	} else {
-		err = c.readWhole(ctx, segmentID, b)
-	}
-	if err == nil {
+	} else if err = c.readWhole(ctx, segmentID, b); err == nil {
 		err = checkWhole(segmentID, b)
 	}
 	c.verified(segmentID, err)
@@ -332,7 +330,10 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 }
 
 // fillerInto is a store that reads a whole segment into a buffer of its
-// record's length itself (the SQLite store's FillInto); the caller verifies the hash.
+// record's length itself and verifies it as it reads (the SQLite store's
+// FillInto): nil only when buf holds the segment's bytes, an error
+// matching ErrCorruptSegment when the store's bytes are not the segment's.
+// The caller does not hash them again.
 type fillerInto interface {
 	FillInto(ctx context.Context, segmentID string, buf []byte) error
 }

@@ -21,7 +21,11 @@ import (
 // byte, when it does not match its id.
 
 // blobCopier is a store that can copy a segment's bytes into a local
-// writer in one short read (the SQLite store's CopyBlob): the disk tier's fill source.
+// writer in one short read and verifies them as it copies (the SQLite
+// store's CopyBlob): the disk tier's fill source. CopyBlob returns nil
+// only when the bytes it wrote are the segment's (an error matching
+// ErrCorruptSegment when the store's are not), so the disk tier does not
+// hash them again (disk.Cache.GetVerified).
 type blobCopier interface {
 	CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error)
 }
@@ -35,7 +39,11 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 		return nil, err
 	}
 	if d := c.opts.Disk; d != nil {
-		h, err := d.Get(ctx, segmentID, size, c.diskSource(ctx, segmentID))
+		get := d.Get
+		if c.copier != nil { // the copy verifies its bytes (blobCopier)
+			get = d.GetVerified
+		}
+		h, err := get(ctx, segmentID, size, c.diskSource(ctx, segmentID))
 		if err == nil {
 			t := diskTier(h)
 			// A fill that fails on the disk hands its readers over

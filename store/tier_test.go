@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -26,7 +28,8 @@ func (s streamStore) Open(ctx context.Context, id string, off, n int64) (io.Read
 	return io.NopCloser(rc), nil
 }
 
-// copyStore also offers CopyBlob (as SQLite does) and counts its calls.
+// copyStore also offers CopyBlob (as SQLite does: verified as it copies,
+// blobCopier) and counts its calls.
 type copyStore struct {
 	streamStore
 	mu     sync.Mutex
@@ -41,7 +44,12 @@ func (s *copyStore) CopyBlob(ctx context.Context, id string, w io.Writer) (int64
 	if err != nil {
 		return 0, err
 	}
-	return io.Copy(w, rc)
+	var h segid.Hasher
+	n, err := io.Copy(io.MultiWriter(w, &h), rc)
+	if want, perr := segid.Parse(id); err == nil && (perr != nil || !h.Matches(want)) {
+		err = fmt.Errorf("copy: %s: %w", id, ErrCorruptSegment)
+	}
+	return n, err
 }
 
 func randomBytes(n int, seed uint64) []byte {
