@@ -40,7 +40,7 @@ func BenchmarkCachedFillSQLite(b *testing.B) {
 				b.Cleanup(c.Stop)
 				ctx := context.Background()
 				for _, id := range ids {
-					if _, err := c.Lookup(ctx, id); err != nil {
+					if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -48,7 +48,7 @@ func BenchmarkCachedFillSQLite(b *testing.B) {
 				b.ReportAllocs()
 				i := 0
 				for b.Loop() {
-					rc, err := c.Open(ctx, ids[i%2], 0, -1)
+					rc, err := c.Open(ctx, idOf(ids[i%2]), 0, -1)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -55,6 +55,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Defaults of Options.
@@ -262,6 +264,7 @@ type entry struct {
 // fill is one copy from a source into a temporary file.
 type fill struct {
 	key  string
+	want segid.Digest // the digest key names
 	size int64
 	// checked: the source checks its bytes against the id itself
 	// (GetVerified), so the fill does not hash them.

@@ -15,7 +15,7 @@ import (
 // Fills: one per segment, streamed to a temp file while hashed, renamed
 // into place only when the bytes hash to the id.
 
-// Get returns a handle on the bytes of segmentID, which are size bytes
+// Get returns a handle on the bytes of id, which are size bytes
 // long (the record's byteLength). A complete file is served at once (Hit).
 // Otherwise the first caller starts one fill from src and every caller
 // during it attaches to it; Get returns once the fill's first byte is on
@@ -25,8 +25,8 @@ import (
 // ErrTooLarge, ErrNoRoom or ErrUnavailable are the cache declining
 // (counted); others are the fill's failure before its first byte (the
 // source's error, wrapped) or ctx's.
-func (c *Cache) Get(ctx context.Context, segmentID string, size int64, src Source) (*Handle, error) {
-	return c.getFrom(ctx, segmentID, size, src, false)
+func (c *Cache) Get(ctx context.Context, id segid.ID, size int64, src Source) (*Handle, error) {
+	return c.getFrom(ctx, id, size, src, false)
 }
 
 // GetVerified is Get from a source that verifies what it copies: src
@@ -35,20 +35,19 @@ func (c *Cache) Get(ctx context.Context, segmentID string, size int64, src Sourc
 // A fill from it then hashes nothing itself: its bytes are hashed once,
 // by the source. A fill that fails on the disk hashes what it wrote
 // once more, to hand its readers over to the store (handoff.go).
-func (c *Cache) GetVerified(ctx context.Context, segmentID string, size int64, src Source) (*Handle, error) {
-	return c.getFrom(ctx, segmentID, size, src, true)
+func (c *Cache) GetVerified(ctx context.Context, id segid.ID, size int64, src Source) (*Handle, error) {
+	return c.getFrom(ctx, id, size, src, true)
 }
 
-func (c *Cache) getFrom(ctx context.Context, segmentID string, size int64, src Source, checked bool) (*Handle, error) {
-	key, ok := segid.Hex(segmentID)
-	if !ok {
-		return nil, errors.New("disk cache: invalid segment id")
+func (c *Cache) getFrom(ctx context.Context, id segid.ID, size int64, src Source, checked bool) (*Handle, error) {
+	if id.IsZero() {
+		return nil, errors.New("disk cache: the zero segment id")
 	}
 	if size < 0 {
 		return nil, errors.New("disk cache: negative size")
 	}
 	for range maxAttempts {
-		h, again, err := c.get(ctx, key, size, src, checked)
+		h, again, err := c.get(ctx, id, size, src, checked)
 		if !again {
 			c.countBypass(err)
 			return h, err
@@ -60,7 +59,8 @@ func (c *Cache) getFrom(ctx context.Context, segmentID string, size int64, src S
 }
 
 // get is one attempt; again asks for another (the entry changed under it).
-func (c *Cache) get(ctx context.Context, key string, size int64, src Source, checked bool) (h *Handle, again bool, err error) {
+func (c *Cache) get(ctx context.Context, id segid.ID, size int64, src Source, checked bool) (h *Handle, again bool, err error) {
+	key := id.Hex()
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -131,7 +131,7 @@ func (c *Cache) get(ctx context.Context, key string, size int64, src Source, che
 		c.removeFiles(victims)
 		return nil, false, err
 	}
-	f := &fill{key: key, size: size, checked: checked, wake: make(chan struct{})}
+	f := &fill{key: key, want: id.Digest(), size: size, checked: checked, wake: make(chan struct{})}
 	c.fills[key] = f
 	c.wg.Add(1)
 	c.mu.Unlock()
@@ -156,7 +156,7 @@ func (c *Cache) reserveLocked(size int64) (victims []string, ok bool) {
 }
 
 // sumMatches reports whether h hashed the bytes of the segment whose
-// digest is key (hex).
+// digest is key (hex): a file name found in the directory.
 func sumMatches(h *segid.Hasher, key string) bool {
 	want, err := segid.ParseHex(key)
 	return err == nil && h.Matches(want)
@@ -238,7 +238,7 @@ func (c *Cache) run(f *fill, src Source) {
 		err = fmt.Errorf("disk cache: fill source: %w", err)
 	case w.n != f.size:
 		err = fmt.Errorf("%w: the source sent %d of %d bytes", ErrSizeMismatch, w.n, f.size)
-	case !f.checked && !sumMatches(&w.h, f.key): // a checked source verified its bytes
+	case !f.checked && !w.h.Matches(f.want): // a checked source verified its bytes
 		err = ErrHashMismatch
 	}
 	disk := w.diskErr != nil

@@ -254,7 +254,7 @@ func (ho *handoff) verify(r *fillReader, size int64) error {
 			}
 		}
 	}
-	if !sumMatches(&ho.h, r.h.fill.key) {
+	if !ho.h.Matches(r.h.fill.want) {
 		return ErrHashMismatch
 	}
 	ho.verified = true

@@ -115,7 +115,7 @@ func TestDiskFullHandsReadersToStore(t *testing.T) {
 	}
 	// Then the cache steps aside (the caller streams from the store) and
 	// tries the directory again after the retry interval.
-	if _, err := c.Get(context.Background(), s.id, int64(len(s.b)), noSource(t)); !errors.Is(err, disk.ErrUnavailable) {
+	if _, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), noSource(t)); !errors.Is(err, disk.ErrUnavailable) {
 		t.Fatalf("err %v, want a bypass after ENOSPC", err)
 	}
 	full.Store(false)
@@ -311,7 +311,7 @@ func TestDiskFullHandsVerifiedFillToStore(t *testing.T) {
 			fullAfter(c, 100_000)
 			src := newStepSource(s.b, 3)
 			st := &storeAt{b: s.b, mutate: mutate}
-			h, err := c.GetVerified(context.Background(), s.id, int64(len(s.b)), src.Source)
+			h, err := c.GetVerified(context.Background(), idOf(s.id), int64(len(s.b)), src.Source)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -345,7 +345,7 @@ func TestGetVerifiedHashesNothing(t *testing.T) {
 	wrong := bytes.Clone(s.b)
 	wrong[7] ^= 1
 	c := newCache(t, disk.Options{})
-	h, err := c.Get(context.Background(), s.id, int64(len(s.b)), bytesSource(wrong, nil))
+	h, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), bytesSource(wrong, nil))
 	if err == nil {
 		r, _ := h.Reader(context.Background(), 0, -1)
 		_, err = io.ReadAll(r)
@@ -354,7 +354,7 @@ func TestGetVerifiedHashesNothing(t *testing.T) {
 	if !errors.Is(err, disk.ErrHashMismatch) {
 		t.Fatalf("Get: %v, want ErrHashMismatch", err)
 	}
-	h, err = c.GetVerified(context.Background(), s.id, int64(len(s.b)), bytesSource(wrong, nil))
+	h, err = c.GetVerified(context.Background(), idOf(s.id), int64(len(s.b)), bytesSource(wrong, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,23 +15,23 @@ import (
 // memory tier's), verified in the one pass that copies, whichever read
 // answers: the lock-free read (lockfree.go) or the locked, chunked one.
 
-// CopyBlob writes the bytes of segmentID to w with bounded memory on the
+// CopyBlob writes the bytes of id to w with bounded memory on the
 // file now at the store's path, and verifies them as it copies: the disk
 // tier's fill source. It returns nil only when the bytes it wrote hash to
 // the id, so its caller hashes them no more; the bytes reach w before
 // that is known (except the lock-free read's last chunk), so w must not
 // take them for the segment's until CopyBlob returned nil. ErrNotFound
-// when there is no row (or segmentID is not a segment id);
+// when there is no row (or id is the zero ID);
 // ErrCorruptSegment when the blob is not the row's byte_length long or
 // its bytes do not hash to the id. An error from w is returned as is. No
 // read lock is held across writes to w for longer than one chunk
 // (lockedChunk), and none at all on a rollback-journal file when the
 // lock-free read verifies.
-func (s *Store) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error) {
-	want, err := segid.Parse(segmentID)
-	if err != nil {
+func (s *Store) CopyBlob(ctx context.Context, id segid.ID, w io.Writer) (int64, error) {
+	if id.IsZero() {
 		return 0, fmt.Errorf("store: sqlite copy: %w", store.ErrNotFound) // no segment has it
 	}
+	segmentID, want := id.String(), id.Digest()
 	h, err := s.acquire(ctx)
 	if err != nil {
 		return 0, err
@@ -123,19 +123,19 @@ func (b *Blobs) blobSize(ctx context.Context, segmentID string) (size int64, err
 	return size, err
 }
 
-// FillInto reads segmentID whole into buf, which is its record's
+// FillInto reads id whole into buf, which is its record's
 // byteLength long, by CopyBlob (so without holding a lock across the
 // read where the file allows, and verified in the same pass): the memory
 // tier's fill. ErrCorruptSegment when the blob is not len(buf) bytes or
 // does not hash to the id.
-func (s *Store) FillInto(ctx context.Context, segmentID string, buf []byte) error {
+func (s *Store) FillInto(ctx context.Context, id segid.ID, buf []byte) error {
 	fw := &fixedWriter{buf: buf}
-	n, err := s.CopyBlob(ctx, segmentID, fw)
+	n, err := s.CopyBlob(ctx, id, fw)
 	if err != nil {
 		return err
 	}
 	if fw.long || n != int64(len(buf)) {
-		return fmt.Errorf("store: %s: %w (%d bytes, its record's byteLength %d)", segmentID, store.ErrCorruptSegment, n, len(buf))
+		return fmt.Errorf("store: %s: %w (%d bytes, its record's byteLength %d)", id, store.ErrCorruptSegment, n, len(buf))
 	}
 	return nil
 }
