@@ -28,22 +28,36 @@ import (
 // (lockedChunk), and none at all on a rollback-journal file when the
 // lock-free read verifies.
 func (s *Store) CopyBlob(ctx context.Context, id segid.ID, w io.Writer) (int64, error) {
+	n, _, err := s.copyBlob(ctx, id, w, true)
+	return n, err
+}
+
+// copyBlob is CopyBlob. With hashLocked false the locked read does not
+// hash what it copies, and verified says whether the bytes were (by the
+// lock-free read): FillInto hashes its whole buffer once instead, which
+// is cheaper than hashing it piece by piece inside the copy.
+func (s *Store) copyBlob(ctx context.Context, id segid.ID, w io.Writer, hashLocked bool) (n int64, verified bool, err error) {
 	if id.IsZero() {
-		return 0, fmt.Errorf("store: sqlite copy: %w", store.ErrNotFound) // no segment has it
+		return 0, false, fmt.Errorf("store: sqlite copy: %w", store.ErrNotFound) // no segment has it
 	}
 	segmentID, want := id.String(), id.Digest()
 	h, err := s.acquire(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer h.use.RUnlock()
 	if rollbackJournal(h.journal) {
 		n, err := s.copyLockFree(ctx, h, segmentID, want, w)
 		if !errors.Is(err, errLockFreeSkipped) {
-			return n, err
+			return n, true, err
 		}
 	}
-	return s.copyChecked(ctx, h, segmentID, want, w)
+	if !hashLocked {
+		n, err := s.copyLocked(ctx, h, segmentID, w)
+		return n, false, err
+	}
+	n, err = s.copyChecked(ctx, h, segmentID, want, w)
+	return n, true, err
 }
 
 // copyChecked is copyLocked, hashing the bytes as w accepts them: an
@@ -124,18 +138,21 @@ func (b *Blobs) blobSize(ctx context.Context, segmentID string) (size int64, err
 }
 
 // FillInto reads id whole into buf, which is its record's
-// byteLength long, by CopyBlob (so without holding a lock across the
-// read where the file allows, and verified in the same pass): the memory
-// tier's fill. ErrCorruptSegment when the blob is not len(buf) bytes or
+// byteLength long, as CopyBlob does (so without holding a lock across the
+// read where the file allows), and verifies it in one pass: the lock-free
+// read's, or one over buf once it is full: the memory tier's fill. ErrCorruptSegment when the blob is not len(buf) bytes or
 // does not hash to the id.
 func (s *Store) FillInto(ctx context.Context, id segid.ID, buf []byte) error {
 	fw := &fixedWriter{buf: buf}
-	n, err := s.CopyBlob(ctx, id, fw)
+	n, verified, err := s.copyBlob(ctx, id, fw, false)
 	if err != nil {
 		return err
 	}
 	if fw.long || n != int64(len(buf)) {
 		return fmt.Errorf("store: %s: %w (%d bytes, its record's byteLength %d)", id, store.ErrCorruptSegment, n, len(buf))
+	}
+	if !verified && !id.Matches(buf) {
+		return fmt.Errorf("store: sqlite copy: %s: %w", id, store.ErrCorruptSegment)
 	}
 	return nil
 }
