@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -43,9 +44,9 @@ func (d *decision) setOutcome(outcome string) {
 	d.ph.publish(phOutcome, outcome)
 }
 
-func (d *decision) setSegment(id string) {
-	d.segID = id
-	d.ph.publish(phSegmentID, id)
+func (d *decision) setSegment(id segid.ID) {
+	d.segID = id.String()
+	d.ph.publish(phSegmentID, d.segID)
 }
 
 func (d *decision) setSlot(slot int) {

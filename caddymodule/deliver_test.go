@@ -12,6 +12,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -22,8 +23,9 @@ type brokenBodyStore struct {
 	failAfter int64
 }
 
-func (b *brokenBodyStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
-	rc, err := b.fakeStore.Open(ctx, id, off, n)
+func (b *brokenBodyStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
+	rc, err := b.fakeStore.Open(ctx, idOf(id), off, n)
 	if err != nil {
 		return nil, err
 	}

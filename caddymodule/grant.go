@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
 
 // grant is a request that passed every check.
 type grant struct {
-	segID   string
+	segID   segid.ID
 	rec     *store.Record
 	now     time.Time
 	untilMs int64 // epoch ms at which the grant ends
@@ -35,7 +36,7 @@ func (g grant) maxAge() int64 {
 // on a fresh read of this record within the refusal window (recheck). While
 // the store cannot be read, a record read within grace decides (d.grace),
 // refusals included. On refusal the answer is written and ok is false.
-func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID string, claims *token.Claims, now time.Time) (g grant, ok bool) {
+func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID segid.ID, claims *token.Claims, now time.Time) (g grant, ok bool) {
 	ctx, cancel := h.lookupContext(d.ctx)
 	start := time.Now()
 	d.tr.lookupAt = start
@@ -118,7 +119,7 @@ func tokenEndMs(exp float64, skew time.Duration) int64 {
 // a read, so a repeated refused request costs no store read each. A
 // refusal decided on a fresh record is remembered; one decided on rec
 // because the store cannot be read now is not.
-func (h *Handler) recheck(ctx context.Context, segID string, rec *store.Record, res store.GrantResult, claims *token.Claims, nowMs int64) (*store.Record, store.GrantResult) {
+func (h *Handler) recheck(ctx context.Context, segID segid.ID, rec *store.Record, res store.GrantResult, claims *token.Claims, nowMs int64) (*store.Record, store.GrantResult) {
 	if h.store.RefusedRecently(segID, rec, res.Reason) {
 		return rec, res
 	}

@@ -69,7 +69,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	now := h.now()
 	var claims token.Claims
 	d.startTrace(ctx) // tracing.go
-	slot, err := h.verifier.VerifyInto(&claims, tokens[0], segID, now)
+	slot, err := h.verifier.VerifyInto(&claims, tokens[0], segID.String(), now)
 	if d.traced() {
 		d.tr.verified = time.Now()
 	}

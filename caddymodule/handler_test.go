@@ -24,6 +24,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/token"
 )
@@ -65,7 +66,8 @@ func (f *fakeStore) wait(ctx context.Context) error {
 	}
 }
 
-func (f *fakeStore) Lookup(ctx context.Context, id string) (*store.Record, error) {
+func (f *fakeStore) Lookup(ctx context.Context, pid segid.ID) (*store.Record, error) {
+	id := pid.String()
 	f.mu.Lock()
 	f.lookups++
 	rec, err := f.recs[id], f.lookupErr
@@ -82,7 +84,8 @@ func (f *fakeStore) Lookup(ctx context.Context, id string) (*store.Record, error
 	return rec, nil
 }
 
-func (f *fakeStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
+func (f *fakeStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
 	f.mu.Lock()
 	f.opens++
 	b, ok := f.data[id]
@@ -620,4 +623,11 @@ func TestShippedLogFilterRemovesTokens(t *testing.T) {
 		t.Fatalf("only %d targets carried a readable token: the check proves little", checked)
 	}
 	t.Logf("%d token readings checked", checked)
+}
+
+// idOf is the parsed ID of the segment id s; the zero ID (which every
+// layer refuses) when s is not one, so a test of a bad id keeps its case.
+func idOf(s string) segid.ID {
+	id, _ := segid.ParseID(s)
+	return id
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -25,14 +26,16 @@ type gatedStore struct {
 
 var errClosed = errors.New("store is closed")
 
-func (g *gatedStore) Lookup(ctx context.Context, id string) (*store.Record, error) {
+func (g *gatedStore) Lookup(ctx context.Context, pid segid.ID) (*store.Record, error) {
+	id := pid.String()
 	if g.closed.Load() {
 		return nil, errClosed
 	}
-	return g.fakeStore.Lookup(ctx, id)
+	return g.fakeStore.Lookup(ctx, idOf(id))
 }
 
-func (g *gatedStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
+func (g *gatedStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
 	select {
 	case g.opened <- struct{}{}:
 	default:
@@ -41,7 +44,7 @@ func (g *gatedStore) Open(ctx context.Context, id string, off, n int64) (io.Read
 	if g.closed.Load() {
 		return nil, errClosed
 	}
-	return g.fakeStore.Open(ctx, id, off, n)
+	return g.fakeStore.Open(ctx, idOf(id), off, n)
 }
 
 func (g *gatedStore) Close() error {

@@ -265,7 +265,7 @@ func TestReloadDuringOutageLeavesNoProbe(t *testing.T) {
 	trip := func(h *Handler) {
 		t.Helper()
 		for i := range store.DefaultBreakerFailures {
-			h.store.Lookup(context.Background(), fmt.Sprintf("sha256:%064x", i+1))
+			h.store.Lookup(context.Background(), idOf(fmt.Sprintf("sha256:%064x", i+1)))
 		}
 		if !h.store.BreakerOpen() {
 			t.Fatal("breaker closed with the file gone")

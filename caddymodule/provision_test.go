@@ -142,7 +142,7 @@ func TestSQLiteHandleShared(t *testing.T) {
 	if err := old.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := neu.store.Lookup(context.Background(), "sha256:"+strings.Repeat("0", 64)); err == nil || !strings.Contains(err.Error(), "not found") {
+	if _, err := neu.store.Lookup(context.Background(), idOf("sha256:"+strings.Repeat("0", 64))); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Fatalf("handle unusable after the old config's cleanup: %v", err)
 	}
 	if err := neu.Cleanup(); err != nil {

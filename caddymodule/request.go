@@ -80,35 +80,34 @@ func hashHidesTokenIn(target string) bool {
 	return present
 }
 
-// segmentFromPath returns the last element of the request path,
-// percent-decoded, when it is a well-formed segment id.
+// segmentFromPath parses the last element of the request path,
+// percent-decoded, as a segment id: the one place a request's id is
+// checked; every layer below takes the parsed segid.ID.
 //
 // When the URL has no RawPath, its escaped form is the default encoding
 // of Path, which escapes no '/' and maps each decoded byte back one to
 // one: the last element of Path is then the decoded last element itself,
 // and is read without escaping the path and unescaping it again.
-func segmentFromPath(u *url.URL) (string, bool) {
+func segmentFromPath(u *url.URL) (segid.ID, bool) {
 	if u.RawPath == "" {
-		id := u.Path[strings.LastIndexByte(u.Path, '/')+1:]
-		if !segid.Valid(id) {
-			return "", false
-		}
-		return id, true
+		id, err := segid.ParseID(u.Path[strings.LastIndexByte(u.Path, '/')+1:])
+		return id, err == nil
 	}
 	return segmentFromEscapedPath(u)
 }
 
 // segmentFromEscapedPath is segmentFromPath by the definition: the last
 // element of the escaped path, unescaped.
-func segmentFromEscapedPath(u *url.URL) (string, bool) {
+func segmentFromEscapedPath(u *url.URL) (segid.ID, bool) {
 	p := u.EscapedPath()
 	last := p[strings.LastIndexByte(p, '/')+1:]
 	if len(last) > segid.MaxEscapedLen {
-		return "", false
+		return segid.ID{}, false
 	}
-	id, err := url.PathUnescape(last)
-	if err != nil || !segid.Valid(id) {
-		return "", false
+	s, err := url.PathUnescape(last)
+	if err != nil {
+		return segid.ID{}, false
 	}
-	return id, true
+	id, err := segid.ParseID(s)
+	return id, err == nil
 }

@@ -148,7 +148,7 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 	}
 	// 304 when If-None-Match names what a GET would send now: any
 	// variant's ETag matches (every variant decodes to the same bytes).
-	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 && compress.MatchIfNoneMatch(g.segID, inm...) {
+	if inm := r.Header.Values("If-None-Match"); len(inm) > 0 && compress.MatchIfNoneMatch(g.segID.String(), inm...) {
 		a.kind = answerNotModified
 		a.coding, _ = h.store.Coding(g.segID, codings)
 		return a
@@ -156,7 +156,7 @@ func (h *Handler) plan(r *http.Request, g grant, s signed) answer {
 	size := g.rec.ByteLength
 	a.br = byteRange{off: 0, n: size}
 	if rangeHdr != "" {
-		if ir := r.Header.Get("If-Range"); ir == "" || ir == compress.ETag(g.segID, compress.Identity) {
+		if ir := r.Header.Get("If-Range"); ir == "" || ir == compress.ETag(g.segID.String(), compress.Identity) {
 			switch br, rr := parseRange(rangeHdr, size); rr {
 			case rangePartial:
 				a.br, a.partial = br, true
@@ -191,7 +191,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, g grant, d *deci
 		h.markCache(w, d, cacheRedirect)
 		w.WriteHeader(http.StatusFound)
 	case answerNotModified:
-		setGrantHeaders(hdr, g.segID, a.coding, a.maxAge)
+		setGrantHeaders(hdr, g.segID.String(), a.coding, a.maxAge)
 		if a.vary {
 			hdr.Add("Vary", "Accept-Encoding")
 		}
@@ -225,7 +225,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, g grant, d *deci
 // copies instead of writing into its neighbour. The keys are written in
 // canonical form.
 func (a *answer) setBytesHeaders(hdr http.Header, g grant, coding compress.Coding, size int64, d *decision) {
-	etag, cacheControl, length := grantHeaderText(g.segID, coding, a.maxAge, size)
+	etag, cacheControl, length := grantHeaderText(g.segID.String(), coding, a.maxAge, size)
 	vals := new([bytesHeaderSlots]string)
 	i := 0
 	put := func(key, v string) {
@@ -323,9 +323,9 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 		// connection (HTTP/1) or resets the stream (HTTP/2, HTTP/3)
 		// without logging; Caddy does not recover the panic. The
 		// deferred finish still records the decision.
-		h.warnCorrupt(g.segID, err)
+		h.warnCorrupt(g.segID.String(), err)
 		if c := h.logger.Check(zapcore.DebugLevel, "segment body interrupted"); c != nil {
-			c.Write(zap.String("segment_id", g.segID), zap.String("coding", coding.String()), zap.Error(err))
+			c.Write(zap.String("segment_id", g.segID.String()), zap.String("coding", coding.String()), zap.Error(err))
 		}
 		panic(http.ErrAbortHandler)
 	}

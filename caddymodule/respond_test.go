@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/syncular/caddy-syncular/presign"
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // A redirect handler's answer in the grant's last second, where no
@@ -35,7 +36,7 @@ func TestTooShortGrantLabelledProxy(t *testing.T) {
 		t.Fatal(err)
 	}
 	der, _ := x509.MarshalECPrivateKey(k)
-	h.cdn, err = presign.NewCloudFrontSigner(func(id string) string { return "segs/" + id[len("sha256:"):] }, presign.CloudFrontOptions{
+	h.cdn, err = presign.NewCloudFrontSigner(func(id segid.ID) string { return "segs/" + id.Hex() }, presign.CloudFrontOptions{
 		Domain: "d111111abcdef8.cloudfront.net", KeyPairID: cdnTestKeyID, TTL: time.Minute,
 		PrivateKeyPEM: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}),
 	})

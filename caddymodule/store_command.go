@@ -85,8 +85,9 @@ type storeInspection struct {
 	index  int
 	count  int
 	segID  string
-	token  string // the st, never printed
-	target string // request target of the HEAD, with the st
+	id     segid.ID // segID, parsed
+	token  string   // the st, never printed
+	target string   // request target of the HEAD, with the st
 	now    time.Time
 
 	// The publications the token's scope digest and audience match, as
@@ -203,8 +204,12 @@ func (in *storeInspection) request(tok, rawURL string) error {
 		in.token = tok
 		in.target = "/segments/" + url.PathEscape(in.segID) + "?st=" + url.QueryEscape(tok)
 	}
-	if in.segID != "" && !segid.Valid(in.segID) {
-		return errors.New("the segment id must be sha256: followed by 64 lowercase hex digits")
+	if in.segID != "" {
+		id, err := segid.ParseID(in.segID)
+		if err != nil {
+			return errors.New("the segment id must be sha256: followed by 64 lowercase hex digits")
+		}
+		in.id = id
 	}
 	return nil
 }

@@ -105,7 +105,7 @@ func describeS3(ctx context.Context, w io.Writer, st *s3.Store, segID string) {
 func (in *storeInspection) describeSegment(ctx context.Context, w io.Writer, h *Handler, st store.Store) {
 	fmt.Fprintf(w, "\nsegment     %s\n", in.segID)
 	lctx, cancel := h.storeContext(ctx)
-	rec, err := st.Lookup(lctx, in.segID)
+	rec, err := st.Lookup(lctx, in.id)
 	cancel()
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -24,7 +25,8 @@ type tenantStore struct {
 	hold    chan struct{}
 }
 
-func (s *tenantStore) Lookup(ctx context.Context, id string) (*store.Record, error) {
+func (s *tenantStore) Lookup(ctx context.Context, pid segid.ID) (*store.Record, error) {
+	id := pid.String()
 	s.mu.Lock()
 	s.tenants = append(s.tenants, store.TenantOf(ctx))
 	hold := s.hold
@@ -36,7 +38,7 @@ func (s *tenantStore) Lookup(ctx context.Context, id string) (*store.Record, err
 			return nil, ctx.Err()
 		}
 	}
-	return s.fakeStore.Lookup(ctx, id)
+	return s.fakeStore.Lookup(ctx, idOf(id))
 }
 
 // TestStoreGateAnswersOverloaded: the verified audience reaches the store

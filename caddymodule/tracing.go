@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -46,7 +47,7 @@ var recordSources = [...]string{store.RecordStore: "store", store.RecordMemory: 
 // lookupRecord reads the segment's record and notes where it came from:
 // the record cache, this request's store read, or another's, or a record
 // kept through a store outage (grace, outage.go in store).
-func (h *Handler) lookupRecord(ctx context.Context, segID string, d *decision) (*store.Record, error) {
+func (h *Handler) lookupRecord(ctx context.Context, segID segid.ID, d *decision) (*store.Record, error) {
 	rec, src, err := h.store.LookupFrom(ctx, segID)
 	d.tr.record = src
 	d.grace = src == store.RecordGrace

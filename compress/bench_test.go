@@ -107,7 +107,7 @@ func BenchmarkVerify(b *testing.B) {
 				b.SetBytes(int64(len(d.bytes)))
 				start := cpuTime()
 				for b.Loop() {
-					if err := Verify(c, bytes.NewReader(buf.Bytes()), id, int64(len(d.bytes))); err != nil {
+					if err := Verify(c, bytes.NewReader(buf.Bytes()), idOf(id), int64(len(d.bytes))); err != nil {
 						b.Fatal(err)
 					}
 				}

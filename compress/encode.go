@@ -40,7 +40,7 @@ var (
 	ErrIncompressible = errors.New("compress: segment does not shrink by 10%")
 	// ErrMismatch: a variant does not decode to the segment's bytes.
 	ErrMismatch = errors.New("compress: variant does not decode to the segment")
-	// ErrSegmentID: the id is not "sha256:" and 64 lowercase hex digits.
+	// ErrSegmentID: the zero segid.ID, which names no segment.
 	ErrSegmentID = errors.New("compress: malformed segment id")
 )
 
@@ -149,14 +149,14 @@ func (c *countWriter) Write(p []byte) (int, error) {
 }
 
 // Verify decodes a stored variant and checks that it yields exactly size
-// bytes hashing to segmentID ("sha256:<hex>" of the identity bytes). Any
+// bytes hashing to id (the digest of the identity bytes). Any
 // decoding error (a flipped byte, a truncated or extended stream, trailing
 // garbage, a zstd window over ZstdWindow) and any length or hash
 // difference is ErrMismatch. Decoding stops one byte past size, so a
-// decompression bomb costs at most size+1 decoded bytes.
-func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error {
-	want, err := segid.Parse(segmentID)
-	if err != nil {
+// decompression bomb costs at most size+1 decoded bytes. The zero ID is
+// ErrSegmentID.
+func Verify(c Coding, compressed io.Reader, id segid.ID, size int64) error {
+	if id.IsZero() {
 		return ErrSegmentID
 	}
 	if size < 0 {
@@ -191,7 +191,7 @@ func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error 
 	case n != size:
 		return fmt.Errorf("%w: %v decodes to more or fewer than %d bytes", ErrMismatch, c, size)
 	}
-	if !h.Matches(want) {
+	if !h.Matches(id.Digest()) {
 		return fmt.Errorf("%w: %v decodes to other bytes", ErrMismatch, c)
 	}
 	return nil
@@ -199,10 +199,11 @@ func Verify(c Coding, compressed io.Reader, segmentID string, size int64) error 
 
 // Variant makes the c variant of a segment held in memory: it encodes
 // identity (stopping early with ErrIncompressible when the result would
-// not be Worthwhile), verifies the result against segmentID, and returns
-// it. A nil error means the bytes may be stored under (segmentID, c).
-func Variant(c Coding, identity []byte, segmentID string) ([]byte, error) {
-	if !segid.Valid(segmentID) {
+// not be Worthwhile), verifies the result against id, and returns it. A
+// nil error means the bytes may be stored under (id, c). The zero ID is
+// ErrSegmentID.
+func Variant(c Coding, identity []byte, id segid.ID) ([]byte, error) {
+	if id.IsZero() {
 		return nil, ErrSegmentID
 	}
 	size := int64(len(identity))
@@ -210,7 +211,7 @@ func Variant(c Coding, identity []byte, segmentID string) ([]byte, error) {
 	if _, err := EncodeBounded(c, &buf, bytes.NewReader(identity), size); err != nil {
 		return nil, err
 	}
-	if err := Verify(c, bytes.NewReader(buf.Bytes()), segmentID, size); err != nil {
+	if err := Verify(c, bytes.NewReader(buf.Bytes()), id, size); err != nil {
 		return nil, err
 	}
 	return buf.Bytes(), nil

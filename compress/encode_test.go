@@ -49,7 +49,7 @@ func TestRoundTrip(t *testing.T) {
 		for _, c := range codingsUnderTest {
 			t.Run(name+"/"+c.String(), func(t *testing.T) {
 				enc := encodeBytes(t, c, b)
-				if err := Verify(c, bytes.NewReader(enc), segmentID(b), int64(len(b))); err != nil {
+				if err := Verify(c, bytes.NewReader(enc), idOf(segmentID(b)), int64(len(b))); err != nil {
 					t.Fatalf("Verify: %v", err)
 				}
 				if !Worthwhile(int64(len(b)), int64(len(enc))) {
@@ -61,7 +61,7 @@ func TestRoundTrip(t *testing.T) {
 				if again := encodeBytes(t, c, b); !bytes.Equal(again, enc) {
 					t.Error("encoding is not deterministic")
 				}
-				v, err := Variant(c, b, segmentID(b))
+				v, err := Variant(c, b, idOf(segmentID(b)))
 				if err != nil {
 					t.Fatalf("Variant: %v", err)
 				}
@@ -113,7 +113,7 @@ func TestVerifyDetectsFlippedBytes(t *testing.T) {
 					bad := bytes.Clone(enc)
 					bad[i] ^= mask
 					tried++
-					if err := Verify(c, bytes.NewReader(bad), id, size); err != nil {
+					if err := Verify(c, bytes.NewReader(bad), idOf(id), size); err != nil {
 						if !errors.Is(err, ErrMismatch) {
 							t.Fatalf("flip at %d: error %v is not ErrMismatch", i, err)
 						}
@@ -130,7 +130,7 @@ func TestVerifyDetectsFlippedBytes(t *testing.T) {
 			// The last byte is checksum or length in both formats.
 			bad := bytes.Clone(enc)
 			bad[len(bad)-1] ^= 0x01
-			if Verify(c, bytes.NewReader(bad), id, size) == nil {
+			if Verify(c, bytes.NewReader(bad), idOf(id), size) == nil {
 				t.Error("a flipped last byte was accepted")
 			}
 			if detected < tried*9/10 {
@@ -148,11 +148,11 @@ func TestVerifyDetectsTruncationAndExtension(t *testing.T) {
 			enc := encodeBytes(t, c, b)
 			step := max(1, len(enc)/300)
 			for n := 0; n < len(enc); n += step {
-				if err := Verify(c, bytes.NewReader(enc[:n]), id, size); !errors.Is(err, ErrMismatch) {
+				if err := Verify(c, bytes.NewReader(enc[:n]), idOf(id), size); !errors.Is(err, ErrMismatch) {
 					t.Fatalf("truncated to %d of %d: %v", n, len(enc), err)
 				}
 			}
-			if err := Verify(c, bytes.NewReader(enc[:len(enc)-1]), id, size); !errors.Is(err, ErrMismatch) {
+			if err := Verify(c, bytes.NewReader(enc[:len(enc)-1]), idOf(id), size); !errors.Is(err, ErrMismatch) {
 				t.Fatalf("missing last byte: %v", err)
 			}
 			for name, tail := range map[string][]byte{
@@ -162,7 +162,7 @@ func TestVerifyDetectsTruncationAndExtension(t *testing.T) {
 				"same stream":   enc,
 			} {
 				ext := append(bytes.Clone(enc), tail...)
-				if err := Verify(c, bytes.NewReader(ext), id, size); !errors.Is(err, ErrMismatch) {
+				if err := Verify(c, bytes.NewReader(ext), idOf(id), size); !errors.Is(err, ErrMismatch) {
 					t.Errorf("with %s appended: %v", name, err)
 				}
 			}
@@ -191,11 +191,11 @@ func TestVerifyWrongSegment(t *testing.T) {
 			{"empty id", "", int64(len(b)), ErrSegmentID},
 		}
 		for _, tc := range cases {
-			if err := Verify(c, bytes.NewReader(enc), tc.id, tc.size); !errors.Is(err, tc.want) {
+			if err := Verify(c, bytes.NewReader(enc), idOf(tc.id), tc.size); !errors.Is(err, tc.want) {
 				t.Errorf("%v %s: %v, want %v", c, tc.name, err, tc.want)
 			}
 		}
-		if err := Verify(c, bytes.NewReader(enc), segmentID(b), int64(len(b))); err != nil {
+		if err := Verify(c, bytes.NewReader(enc), idOf(segmentID(b)), int64(len(b))); err != nil {
 			t.Errorf("%v: the right id fails: %v", c, err)
 		}
 	}
@@ -232,7 +232,7 @@ func TestVerifyStopsDecompressionBomb(t *testing.T) {
 			in := &countReader{r: bytes.NewReader(bomb)}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			err := Verify(c, in, segmentID(claimed), int64(len(claimed)))
+			err := Verify(c, in, idOf(segmentID(claimed)), int64(len(claimed)))
 			runtime.ReadMemStats(&after)
 			if !errors.Is(err, ErrMismatch) {
 				t.Fatalf("Verify of a %d-byte bomb claimed as %d bytes: %v", copies*each, len(claimed), err)
@@ -250,7 +250,7 @@ func TestVerifyStopsDecompressionBomb(t *testing.T) {
 			// The same bomb claimed at its real size and id verifies: the
 			// bound is the claimed size, not a fixed cap.
 			full := make([]byte, copies*each)
-			if err := Verify(c, bytes.NewReader(bomb), segmentID(full), int64(len(full))); err != nil {
+			if err := Verify(c, bytes.NewReader(bomb), idOf(segmentID(full)), int64(len(full))); err != nil {
 				t.Errorf("the bomb at its true size: %v", err)
 			}
 		})
@@ -272,7 +272,7 @@ func TestVerifyRejectsLargeZstdWindow(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Verify(Zstd, bytes.NewReader(buf.Bytes()), segmentID(b), int64(len(b))); !errors.Is(err, ErrMismatch) {
+	if err := Verify(Zstd, bytes.NewReader(buf.Bytes()), idOf(segmentID(b)), int64(len(b))); !errors.Is(err, ErrMismatch) {
 		t.Fatalf("a 64 MiB-window frame: %v", err)
 	}
 }
@@ -283,7 +283,7 @@ func TestIncompressibleFlagged(t *testing.T) {
 	seg := append([]byte("SSG2"), random...)
 	for _, c := range codingsUnderTest {
 		t.Run(c.String(), func(t *testing.T) {
-			if _, err := Variant(c, seg, segmentID(seg)); !errors.Is(err, ErrIncompressible) {
+			if _, err := Variant(c, seg, idOf(segmentID(seg))); !errors.Is(err, ErrIncompressible) {
 				t.Fatalf("Variant of random bytes: %v", err)
 			}
 			var buf bytes.Buffer
@@ -298,7 +298,7 @@ func TestIncompressibleFlagged(t *testing.T) {
 			if Worthwhile(int64(len(seg)), int64(len(full))) {
 				t.Errorf("%d -> %d counted as worthwhile", len(seg), len(full))
 			}
-			if _, err := Variant(c, nil, segmentID(nil)); !errors.Is(err, ErrIncompressible) {
+			if _, err := Variant(c, nil, idOf(segmentID(nil))); !errors.Is(err, ErrIncompressible) {
 				t.Errorf("Variant of an empty segment: %v", err)
 			}
 		})
@@ -353,10 +353,10 @@ func TestIdentityIsNotACoding(t *testing.T) {
 		if _, err := Encode(c, io.Discard, bytes.NewReader(b)); !errors.Is(err, ErrCoding) {
 			t.Errorf("Encode(%v): %v", c, err)
 		}
-		if err := Verify(c, bytes.NewReader(b), segmentID(b), int64(len(b))); !errors.Is(err, ErrCoding) {
+		if err := Verify(c, bytes.NewReader(b), idOf(segmentID(b)), int64(len(b))); !errors.Is(err, ErrCoding) {
 			t.Errorf("Verify(%v): %v", c, err)
 		}
-		if _, err := Variant(c, b, segmentID(b)); !errors.Is(err, ErrCoding) {
+		if _, err := Variant(c, b, idOf(segmentID(b))); !errors.Is(err, ErrCoding) {
 			t.Errorf("Variant(%v): %v", c, err)
 		}
 	}

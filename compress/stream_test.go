@@ -76,7 +76,7 @@ func TestEncodeStormFlushPoints(t *testing.T) {
 			if ins[len(ins)-1] != int64(len(seg)) || n != int64(dst.Len()) {
 				t.Fatalf("last flush at %d of %d; returned %d of %d written", ins[len(ins)-1], len(seg), n, dst.Len())
 			}
-			if err := Verify(c, bytes.NewReader(dst.Bytes()), segmentID(seg), int64(len(seg))); err != nil {
+			if err := Verify(c, bytes.NewReader(dst.Bytes()), idOf(segmentID(seg)), int64(len(seg))); err != nil {
 				t.Fatal(err)
 			}
 		})

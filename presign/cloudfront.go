@@ -67,7 +67,7 @@ type CloudFrontOptions struct {
 // ends when that is sooner. It is safe for concurrent use.
 type CloudFrontSigner struct {
 	base      string // https://<domain><origin path>/
-	objectKey func(string) string
+	objectKey func(segid.ID) string
 	signer    *sign.URLSigner
 	cache     *windowCache
 	keyType   string
@@ -76,7 +76,7 @@ type CloudFrontSigner struct {
 // NewCloudFrontSigner checks opts and builds a signer; objectKey maps a
 // segment id to its object key (the store's layout), which must need no
 // escaping in a URL path. Errors never quote the key.
-func NewCloudFrontSigner(objectKey func(segmentID string) string, opts CloudFrontOptions) (*CloudFrontSigner, error) {
+func NewCloudFrontSigner(objectKey func(segid.ID) string, opts CloudFrontOptions) (*CloudFrontSigner, error) {
 	if objectKey == nil {
 		return nil, errors.New("presign: cloudfront: object key layout is required")
 	}
@@ -94,7 +94,7 @@ func NewCloudFrontSigner(objectKey func(segmentID string) string, opts CloudFron
 	if err != nil {
 		return nil, err
 	}
-	probe := objectKey("sha256:" + strings.Repeat("0", 64))
+	probe := objectKey(segid.Digest{}.ID())
 	if !urlPathSafe(probe) || strings.HasPrefix(probe, "/") || strings.Contains(probe, "//") ||
 		strings.HasPrefix(probe, "./") || strings.HasPrefix(probe, "../") || strings.Contains(probe, "/./") || strings.Contains(probe, "/../") {
 		return nil, errors.New("presign: cloudfront: the store's object keys (its prefix) must be letters, digits and - . _ ~ / only, without empty, . or .. segments, to be signed as a URL path")
@@ -128,18 +128,18 @@ func (p *CloudFrontSigner) KeyType() string { return p.keyType }
 // Len is the number of cached URLs.
 func (p *CloudFrontSigner) Len() int { return p.cache.len() }
 
-// URL returns the signed URL of segmentID's object for a request at now,
+// URL returns the signed URL of id's object for a request at now,
 // with Expires strictly before notAfter and no later than now+TTL (the
 // rule of windowCache). notAfter not after now is ErrCloudFrontGrantEnded;
 // a grant too close to its end is ErrCloudFrontGrantTooShort. expires is
 // the URL's Expires.
-func (p *CloudFrontSigner) URL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, err error) {
-	if !segid.Valid(segmentID) {
-		return "", time.Time{}, errors.New("presign: cloudfront: malformed segment id")
+func (p *CloudFrontSigner) URL(id segid.ID, now, notAfter time.Time) (url string, expires time.Time, err error) {
+	if id.IsZero() {
+		return "", time.Time{}, errors.New("presign: cloudfront: the zero segment id")
 	}
-	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
+	u, exp, err := p.cache.get(id.String(), now, notAfter, func(k windowKey) (string, int64, error) {
 		at := k.start + k.expires
-		u, err := p.signer.Sign(p.base+p.objectKey(segmentID), time.Unix(at, 0))
+		u, err := p.signer.Sign(p.base+p.objectKey(id), time.Unix(at, 0))
 		if err != nil {
 			// The SDK's errors name the URL (no secret) or the key type.
 			return "", 0, errors.New("presign: cloudfront: " + err.Error())
@@ -159,11 +159,11 @@ func (p *CloudFrontSigner) URL(segmentID string, now, notAfter time.Time) (url s
 
 // CachedURL is URL answered from the cache only: ok is false when the URL
 // for this request is not cached yet (call URL then).
-func (p *CloudFrontSigner) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !segid.Valid(segmentID) {
+func (p *CloudFrontSigner) CachedURL(id segid.ID, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
+	if id.IsZero() {
 		return "", time.Time{}, false
 	}
-	return p.cache.getCached(segmentID, now, notAfter)
+	return p.cache.getCached(id.String(), now, notAfter)
 }
 
 // deterministicSigner hands the SDK's signer a key that signs without the

@@ -22,13 +22,15 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 const cftSeg = "sha256:4f1c8d5e7a9b0c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d"
 
 // cftObjectKey is the S3 store's layout with prefix "syncular/".
-func cftObjectKey(id string) string {
-	return "syncular/seg/sha256/" + strings.TrimPrefix(id, "sha256:")
+func cftObjectKey(id segid.ID) string {
+	return "syncular/seg/sha256/" + id.Hex()
 }
 
 var (
@@ -170,7 +172,7 @@ func TestCloudFrontURLShape(t *testing.T) {
 					t.Fatalf("KeyType %q", p.KeyType())
 				}
 				now := time.Unix(1_800_000_007, 300e6)
-				raw, exp, err := p.URL(cftSeg, now, now.Add(time.Hour))
+				raw, exp, err := p.URL(idOf(cftSeg), now, now.Add(time.Hour))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -262,12 +264,12 @@ func TestCloudFrontBounds(t *testing.T) {
 			p := cftSigner(t, keyPEM, CloudFrontOptions{TTL: time.Duration(tc.ttl) * time.Second, Window: time.Duration(tc.window) * time.Second})
 			at := func(s float64) time.Time { return time.Unix(base, 0).Add(time.Duration(s * float64(time.Second))) }
 			now, notAfter := at(tc.now), at(tc.notAfter)
-			raw, exp, err := p.URL(cftSeg, now, notAfter)
+			raw, exp, err := p.URL(idOf(cftSeg), now, notAfter)
 			if tc.err != nil {
 				if err != tc.err || raw != "" || !errors.Is(err, tc.err) {
 					t.Fatalf("URL = %q, %v; want %v", raw, err, tc.err)
 				}
-				if _, _, ok := p.CachedURL(cftSeg, now, notAfter); ok {
+				if _, _, ok := p.CachedURL(idOf(cftSeg), now, notAfter); ok {
 					t.Fatal("CachedURL answered where URL refused")
 				}
 				return
@@ -320,7 +322,7 @@ func TestCloudFrontBoundsRandom(t *testing.T) {
 		default:
 			notAfter = now.Add(24 * time.Hour)
 		}
-		raw, _, err := p.URL(cftSeg, now, notAfter)
+		raw, _, err := p.URL(idOf(cftSeg), now, notAfter)
 		last := notAfter.Add(-1).Truncate(time.Second)
 		if !last.After(now) {
 			if err != ErrCloudFrontGrantTooShort {
@@ -350,13 +352,13 @@ func TestCloudFrontSameURL(t *testing.T) {
 		a := cftSigner(t, keyPEM, CloudFrontOptions{OriginPath: "/cdn"})
 		b := cftSigner(t, keyPEM, CloudFrontOptions{OriginPath: "/cdn"})
 		base := time.Unix(1_800_000_000, 0)
-		first, _, err := a.URL(cftSeg, base.Add(100*time.Millisecond), base.Add(time.Hour))
+		first, _, err := a.URL(idOf(cftSeg), base.Add(100*time.Millisecond), base.Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, off := range []time.Duration{time.Second, 7 * time.Second, 14999 * time.Millisecond} {
 			for _, p := range []*CloudFrontSigner{a, b} {
-				u, _, err := p.URL(cftSeg, base.Add(off), base.Add(time.Hour))
+				u, _, err := p.URL(idOf(cftSeg), base.Add(off), base.Add(time.Hour))
 				if err != nil || u != first {
 					t.Fatalf("at +%v: %q, %v; want %q", off, u, err, first)
 				}
@@ -365,15 +367,15 @@ func TestCloudFrontSameURL(t *testing.T) {
 		if a.Len() != 1 {
 			t.Fatalf("Len %d after one distinct URL", a.Len())
 		}
-		if u, _, ok := a.CachedURL(cftSeg, base.Add(3*time.Second), base.Add(time.Hour)); !ok || u != first {
+		if u, _, ok := a.CachedURL(idOf(cftSeg), base.Add(3*time.Second), base.Add(time.Hour)); !ok || u != first {
 			t.Fatalf("CachedURL %q %v", u, ok)
 		}
-		next, _, err := a.URL(cftSeg, base.Add(15*time.Second), base.Add(time.Hour))
+		next, _, err := a.URL(idOf(cftSeg), base.Add(15*time.Second), base.Add(time.Hour))
 		if err != nil || next == first {
 			t.Fatalf("next window: %q, %v", next, err)
 		}
 		// Another grant end inside the TTL is another URL (its own Expires).
-		short, _, err := a.URL(cftSeg, base.Add(time.Second), base.Add(20*time.Second))
+		short, _, err := a.URL(idOf(cftSeg), base.Add(time.Second), base.Add(20*time.Second))
 		if err != nil || short == first || !strings.Contains(short, "Expires=1800000019&") {
 			t.Fatalf("short grant: %q, %v", short, err)
 		}
@@ -415,7 +417,7 @@ func TestCloudFrontConfigRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name, want string
 		mod        func(o *CloudFrontOptions)
-		objectKey  func(string) string
+		objectKey  func(segid.ID) string
 	}{
 		{"no key", "not PEM", func(o *CloudFrontOptions) { o.PrivateKeyPEM = nil }, nil},
 		{"garbage key", "not PEM", func(o *CloudFrontOptions) { o.PrivateKeyPEM = []byte("not a key") }, nil},
@@ -449,8 +451,8 @@ func TestCloudFrontConfigRefused(t *testing.T) {
 		{"key pair id with &", "key_pair_id", func(o *CloudFrontOptions) { o.KeyPairID = "K2&x=y" }, nil},
 		{"ttl too long", "ttl", func(o *CloudFrontOptions) { o.TTL = 8 * 24 * time.Hour }, nil},
 		{"window beyond ttl", "window", func(o *CloudFrontOptions) { o.TTL = time.Minute; o.Window = 2 * time.Minute }, nil},
-		{"prefix with a space", "object keys", nil, func(id string) string { return "my segs/" + id[7:] }},
-		{"prefix with dot-dot", "object keys", nil, func(id string) string { return "../" + id[7:] }},
+		{"prefix with a space", "object keys", nil, func(id segid.ID) string { return "my segs/" + id.Hex() }},
+		{"prefix with dot-dot", "object keys", nil, func(id segid.ID) string { return "../" + id.Hex() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := goodOpts
@@ -473,7 +475,7 @@ func TestCloudFrontConfigRefused(t *testing.T) {
 			}
 		})
 	}
-	if _, _, err := cftSigner(t, good, CloudFrontOptions{}).URL("sha256:ABC", time.Unix(0, 0), time.Unix(100, 0)); err == nil {
+	if _, _, err := cftSigner(t, good, CloudFrontOptions{}).URL(idOf("sha256:ABC"), time.Unix(0, 0), time.Unix(100, 0)); err == nil {
 		t.Fatal("malformed id accepted")
 	}
 }
@@ -514,7 +516,7 @@ for line in sys.stdin:
 	base := time.Unix(1_800_000_000, 0)
 	for i, grant := range []time.Duration{2 * time.Hour, 90 * time.Second, 1500 * time.Millisecond} {
 		now := base.Add(time.Duration(i) * 17 * time.Minute)
-		raw, exp, err := p.URL(cftSeg, now, now.Add(grant))
+		raw, exp, err := p.URL(idOf(cftSeg), now, now.Add(grant))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -551,11 +553,11 @@ func BenchmarkCloudFrontURL(b *testing.B) {
 		p := cftSigner(b, cftPKCS8(b, k.key), CloudFrontOptions{})
 		now := time.Unix(1_800_000_000, 0)
 		b.Run(k.name+"/cached", func(b *testing.B) {
-			if _, _, err := p.URL(cftSeg, now, now.Add(time.Hour)); err != nil {
+			if _, _, err := p.URL(idOf(cftSeg), now, now.Add(time.Hour)); err != nil {
 				b.Fatal(err)
 			}
 			for b.Loop() {
-				if _, _, ok := p.CachedURL(cftSeg, now, now.Add(time.Hour)); !ok {
+				if _, _, ok := p.CachedURL(idOf(cftSeg), now, now.Add(time.Hour)); !ok {
 					b.Fatal("miss")
 				}
 			}
@@ -565,7 +567,7 @@ func BenchmarkCloudFrontURL(b *testing.B) {
 			for b.Loop() {
 				// A new grant end each time: a new URL, signed.
 				i++
-				if _, _, err := p.URL(cftSeg, now, now.Add(time.Duration(2+i%50)*time.Second)); err != nil {
+				if _, _, err := p.URL(idOf(cftSeg), now, now.Add(time.Duration(2+i%50)*time.Second)); err != nil {
 					b.Fatal(err)
 				}
 				if i%50 == 0 {
@@ -574,4 +576,11 @@ func BenchmarkCloudFrontURL(b *testing.B) {
 			}
 		})
 	}
+}
+
+// idOf is the parsed ID of the segment id s; the zero ID (which every
+// layer refuses) when s is not one, so a test of a bad id keeps its case.
+func idOf(s string) segid.ID {
+	id, _ := segid.ParseID(s)
+	return id
 }

@@ -53,7 +53,7 @@ type S3Options struct {
 type S3Signer struct {
 	pc        *s3.PresignClient
 	bucket    string
-	objectKey func(string) string // segment id → object key (the store's layout)
+	objectKey func(segid.ID) string // segment id → object key (the store's layout)
 	cache     *windowCache
 }
 
@@ -61,7 +61,7 @@ type S3Signer struct {
 // path style and credentials) for objects in bucket; objectKey maps a
 // segment id to its key (the store's layout, e.g. s3.(*Store).ObjectKey in store/s3),
 // so this package knows nothing of how a store lays out its bucket.
-func NewS3Signer(client *s3.Client, bucket string, objectKey func(segmentID string) string, opts S3Options) (*S3Signer, error) {
+func NewS3Signer(client *s3.Client, bucket string, objectKey func(segid.ID) string, opts S3Options) (*S3Signer, error) {
 	if client == nil || bucket == "" || objectKey == nil {
 		return nil, errors.New("presign: s3: client, bucket and object key layout are required")
 	}
@@ -105,7 +105,7 @@ func (p *S3Signer) TTL() time.Duration { return time.Duration(p.cache.ttl) * tim
 // Window is the configured signing window.
 func (p *S3Signer) Window() time.Duration { return time.Duration(p.cache.window) * time.Second }
 
-// URL returns a presigned GET of segmentID's object that expires strictly
+// URL returns a presigned GET of id's object that expires strictly
 // before notAfter and no later than now+TTL. notAfter not after now is
 // ErrS3GrantEnded; a grant too close to its end for any URL to fit is
 // ErrS3GrantTooShort (the caller serves the bytes itself instead).
@@ -126,12 +126,12 @@ func (p *S3Signer) Window() time.Duration { return time.Duration(p.cache.window)
 // a grant, or the last two when it ends on a whole second). URLs are
 // cached per (segment, start, expires): every call in a window with the
 // same bound gets the same URL.
-func (p *S3Signer) URL(ctx context.Context, segmentID string, now, notAfter time.Time) (string, time.Time, error) {
-	if !segid.Valid(segmentID) {
-		return "", time.Time{}, errors.New("presign: s3: malformed segment id")
+func (p *S3Signer) URL(ctx context.Context, id segid.ID, now, notAfter time.Time) (string, time.Time, error) {
+	if id.IsZero() {
+		return "", time.Time{}, errors.New("presign: s3: the zero segment id")
 	}
-	u, exp, err := p.cache.get(segmentID, now, notAfter, func(k windowKey) (string, int64, error) {
-		url, credUntil, err := p.sign(ctx, segmentID, k.start, k.expires)
+	u, exp, err := p.cache.get(id.String(), now, notAfter, func(k windowKey) (string, int64, error) {
+		url, credUntil, err := p.sign(ctx, id, k.start, k.expires)
 		if err != nil {
 			return "", 0, err
 		}
@@ -157,11 +157,11 @@ func (p *S3Signer) URL(ctx context.Context, segmentID string, now, notAfter time
 // CachedURL is URL answered from the cache only: ok is false when the URL
 // for this request is not cached yet (call URL then). It does no I/O and
 // needs no context.
-func (p *S3Signer) CachedURL(segmentID string, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
-	if !segid.Valid(segmentID) {
+func (p *S3Signer) CachedURL(id segid.ID, now, notAfter time.Time) (url string, expires time.Time, ok bool) {
+	if id.IsZero() {
 		return "", time.Time{}, false
 	}
-	return p.cache.getCached(segmentID, now, notAfter)
+	return p.cache.getCached(id.String(), now, notAfter)
 }
 
 // Len is the number of cached URLs.
@@ -170,10 +170,10 @@ func (p *S3Signer) Len() int { return p.cache.len() }
 // sign presigns through the SDK with X-Amz-Date = start and X-Amz-Expires =
 // expires. credUntil is the signing credentials' expiry (unix ns), 0 when
 // they do not expire.
-func (p *S3Signer) sign(ctx context.Context, segmentID string, start, expires int64) (string, int64, error) {
+func (p *S3Signer) sign(ctx context.Context, id segid.ID, start, expires int64) (string, int64, error) {
 	st := &sigV4State{at: time.Unix(start, 0).UTC()}
 	ctx = context.WithValue(ctx, sigV4StateKey{}, st)
-	key := p.objectKey(segmentID)
+	key := p.objectKey(id)
 	req, err := p.pc.PresignGetObject(ctx, &s3.GetObjectInput{Bucket: &p.bucket, Key: &key}, s3.WithPresignExpires(time.Duration(expires)*time.Second))
 	if err != nil {
 		// SDK presign errors come from credential resolution or endpoint

@@ -26,6 +26,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/testkit"
+	"github.com/syncular/caddy-syncular/segid"
 	s3store "github.com/syncular/caddy-syncular/store/s3"
 )
 
@@ -117,7 +118,7 @@ func TestS3PresignURLShape(t *testing.T) {
 		t.Run("prefix="+prefix, func(t *testing.T) {
 			st := s3tStore(t, s3store.Options{Prefix: prefix})
 			p := s3tPresigner(t, st, S3Options{})
-			raw, _, err := p.URL(context.Background(), s3tSeg, s3tAt(7), s3tAt(3600))
+			raw, _, err := p.URL(context.Background(), idOf(s3tSeg), s3tAt(7), s3tAt(3600))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +202,7 @@ func TestS3PresignBounds(t *testing.T) {
 			if tc.notAfter == -1 {
 				notAfter = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 			}
-			raw, exp, err := p.URL(context.Background(), s3tSeg, now, notAfter)
+			raw, exp, err := p.URL(context.Background(), idOf(s3tSeg), now, notAfter)
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) || raw != "" {
 					t.Fatalf("URL = %q, %v; want %v", raw, err, tc.err)
@@ -259,7 +260,7 @@ func TestS3PresignBoundsRandom(t *testing.T) {
 		default:
 			notAfter = now.Add(24 * time.Hour)
 		}
-		raw, _, err := p.URL(context.Background(), s3tSeg, now, notAfter)
+		raw, _, err := p.URL(context.Background(), idOf(s3tSeg), now, notAfter)
 		// Too short exactly when no whole second lies strictly between
 		// now and notAfter.
 		last := notAfter.Add(-1).Truncate(time.Second) // last whole second < notAfter
@@ -267,7 +268,7 @@ func TestS3PresignBoundsRandom(t *testing.T) {
 			if !errors.Is(err, ErrS3GrantTooShort) {
 				t.Fatalf("now %v notAfter %v: URL %q, %v; want ErrS3GrantTooShort", now, notAfter, raw, err)
 			}
-			if _, _, ok := p.CachedURL(s3tSeg, now, notAfter); ok {
+			if _, _, ok := p.CachedURL(idOf(s3tSeg), now, notAfter); ok {
 				t.Fatal("CachedURL answered a grant too short for a URL")
 			}
 			continue
@@ -301,7 +302,7 @@ func TestS3PresignOptionsValidation(t *testing.T) {
 	if p.TTL() != 2*time.Second || p.Window() != time.Second {
 		t.Errorf("ttl %v window %v", p.TTL(), p.Window())
 	}
-	if _, _, err := p.URL(context.Background(), "sha256:ABC", s3tAt(0), s3tAt(10)); err == nil {
+	if _, _, err := p.URL(context.Background(), idOf("sha256:ABC"), s3tAt(0), s3tAt(10)); err == nil {
 		t.Error("malformed id accepted")
 	}
 }
@@ -325,7 +326,7 @@ func TestS3PresignCache(t *testing.T) {
 	far := s3tAt(1e6)
 	url := func(id string, now, notAfter float64) string {
 		t.Helper()
-		u, _, err := p.URL(ctx, id, s3tAt(now), s3tAt(notAfter))
+		u, _, err := p.URL(ctx, idOf(id), s3tAt(now), s3tAt(notAfter))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -364,7 +365,7 @@ func TestS3PresignCache(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			u, _, err := p.URL(ctx, s3tSeg, s3tAt(1200+float64(i%10)/10), far)
+			u, _, err := p.URL(ctx, idOf(s3tSeg), s3tAt(1200+float64(i%10)/10), far)
 			if err != nil {
 				t.Error(err)
 			}
@@ -391,7 +392,7 @@ func TestS3PresignCacheBounded(t *testing.T) {
 	p := s3tPresigner(t, st, S3Options{TTL: 60 * time.Second, MaxEntries: 32})
 	for i := 0; i < 1000; i++ {
 		sum := sha256.Sum256([]byte(strconv.Itoa(i)))
-		if _, _, err := p.URL(context.Background(), "sha256:"+hex.EncodeToString(sum[:]), s3tAt(1), s3tAt(1e6)); err != nil {
+		if _, _, err := p.URL(context.Background(), idOf("sha256:"+hex.EncodeToString(sum[:])), s3tAt(1), s3tAt(1e6)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -413,11 +414,11 @@ func TestS3PresignCredentialExpiry(t *testing.T) {
 				CanExpire: true, Expires: credEnd}, nil
 		}),
 	})
-	p, err := NewS3Signer(client, "segments", func(id string) string { return s3store.ObjectKey("", id) }, S3Options{TTL: 60 * time.Second})
+	p, err := NewS3Signer(client, "segments", func(id segid.ID) string { return s3store.ObjectKey("", id.String()) }, S3Options{TTL: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, exp, err := p.URL(context.Background(), s3tSeg, s3tAt(3), s3tAt(1e6))
+	raw, exp, err := p.URL(context.Background(), idOf(s3tSeg), s3tAt(3), s3tAt(1e6))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +519,7 @@ func TestS3PresignVectors(t *testing.T) {
 					api = append(api, s3tDropXID)
 				}
 				p := s3tPresigner(t, st, opts, api...)
-				raw, exp, err := p.URL(context.Background(), v.SegmentID, now, now.Add(24*time.Hour))
+				raw, exp, err := p.URL(context.Background(), idOf(v.SegmentID), now, now.Add(24*time.Hour))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -597,7 +598,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		u, exp, err := p.URL(ctx, id, now, now.Add(time.Hour))
+		u, exp, err := p.URL(ctx, idOf(id), now, now.Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -622,7 +623,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 		// Start early in a second so the 1 s URL is usable at once.
 		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 20*time.Millisecond)))
 		now := time.Now()
-		u, exp, err := p.URL(ctx, id, now, now.Add(time.Hour))
+		u, exp, err := p.URL(ctx, idOf(id), now, now.Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -647,7 +648,7 @@ func TestS3PresignVersitygw(t *testing.T) {
 		}
 		now := time.Now()
 		notAfter := now.Add(1500 * time.Millisecond)
-		u, exp, err := p.URL(ctx, id, now, notAfter)
+		u, exp, err := p.URL(ctx, idOf(id), now, notAfter)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -668,14 +669,14 @@ func BenchmarkS3PresignCached(b *testing.B) {
 	p := s3tPresigner(b, st, S3Options{})
 	ctx := context.Background()
 	now, notAfter := s3tAt(1), s3tAt(1e6)
-	if _, _, err := p.URL(ctx, s3tSeg, now, notAfter); err != nil {
+	if _, _, err := p.URL(ctx, idOf(s3tSeg), now, notAfter); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, _, err := p.URL(ctx, s3tSeg, now, notAfter); err != nil {
+			if _, _, err := p.URL(ctx, idOf(s3tSeg), now, notAfter); err != nil {
 				b.Error(err)
 				return
 			}
@@ -692,7 +693,7 @@ func BenchmarkS3PresignUncached(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		now = now.Add(w) // every call in a new window: a miss
-		if _, _, err := p.URL(ctx, s3tSeg, now, now.Add(time.Hour)); err != nil {
+		if _, _, err := p.URL(ctx, idOf(s3tSeg), now, now.Add(time.Hour)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,6 +1,7 @@
 // Package segid is the segment id (protocol §1): "sha256:" and the 64
 // lowercase hex digits of the SHA-256 of the segment's uncompressed
-// bytes. It parses and validates ids, holds their digests, checks bytes
+// bytes. It parses and validates ids (ParseID: an ID, checked once where
+// an id enters and carried from there), holds their digests, checks bytes
 // against an id (Matches, Hasher, Reader: the one place a hash is
 // compared with an id) and maps an id to its S3 object keys (protocol
 // §5.2). It imports the standard library alone.

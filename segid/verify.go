@@ -71,8 +71,8 @@ func (h *Hasher) UnmarshalBinary(state []byte) error {
 // that the source has no byte more and that the whole hashed to the id,
 // and returns, in place of those bytes, ErrLong or ErrHash when it did not;
 // a body that ends early is ErrShort. So a response copied from a Reader
-// can be aborted before the client holds every byte it was promised. An
-// id that is not a segment id never verifies (ErrHash).
+// can be aborted before the client holds every byte it was promised. The
+// zero ID never verifies (ErrHash).
 //
 // Once the body ended (Err is not nil) every Read returns Err. Another
 // error of the source is returned as it is, once.
@@ -86,7 +86,7 @@ type Reader struct {
 }
 
 // NewReader returns a Reader of the size-byte body of segment id from r.
-func NewReader(r io.Reader, id string, size int64) *Reader {
+func NewReader(r io.Reader, id ID, size int64) *Reader {
 	v := new(Reader)
 	v.Reset(r, id, size)
 	return v
@@ -94,11 +94,10 @@ func NewReader(r io.Reader, id string, size int64) *Reader {
 
 // Reset makes v read the size-byte body of segment id from r, as
 // NewReader does, reusing v's hash.
-func (v *Reader) Reset(r io.Reader, id string, size int64) {
-	d, err := Parse(id)
+func (v *Reader) Reset(r io.Reader, id ID, size int64) {
 	h := v.h
 	h.Reset()
-	*v = Reader{r: r, want: d, wantOK: err == nil, size: size, h: h}
+	*v = Reader{r: r, want: id.Digest(), wantOK: !id.IsZero(), size: size, h: h}
 }
 
 // Read reads the body; see Reader.

@@ -42,7 +42,7 @@ func TestReaderVerifies(t *testing.T) {
 			"data+EOF": func() io.Reader { return iotest.DataErrReader(bytes.NewReader(b)) },
 			"half":     func() io.Reader { return iotest.HalfReader(bytes.NewReader(b)) },
 		} {
-			v := NewReader(src(), id, int64(size))
+			v := NewReader(src(), idOf(id), int64(size))
 			got, err := readAll(v)
 			if err != io.EOF || !bytes.Equal(got, b) {
 				t.Errorf("size %d %s: read %d bytes, %v; want all %d and io.EOF", size, name, len(got), err, size)
@@ -94,7 +94,7 @@ func TestReaderRefuses(t *testing.T) {
 			if one {
 				src = iotest.OneByteReader(src)
 			}
-			v := NewReader(src, c.id, c.size)
+			v := NewReader(src, idOf(c.id), c.size)
 			got, err := readAll(v)
 			if !errors.Is(err, c.want) || !errors.Is(err, ErrMismatch) {
 				t.Errorf("%s (one byte %v): ended with %v, want %v", name, one, err, c.want)
@@ -132,13 +132,13 @@ func (r *errReader) Read(p []byte) (int, error) {
 func TestReaderSourceError(t *testing.T) {
 	b := body(300)
 	boom := errors.New("boom")
-	v := NewReader(&errReader{b: b[:150], err: boom}, Of(b).String(), 300)
+	v := NewReader(&errReader{b: b[:150], err: boom}, idOf(Of(b).String()), 300)
 	got, err := readAll(v)
 	if err != boom || len(got) != 150 || v.Err() != nil {
 		t.Fatalf("read %d, %v, Err %v; want 150 bytes and the source's error", len(got), err, v.Err())
 	}
 	// A failure after every byte arrived: the probe only looks for more.
-	v = NewReader(&errReader{b: b, err: boom}, Of(b).String(), 300)
+	v = NewReader(&errReader{b: b, err: boom}, idOf(Of(b).String()), 300)
 	if got, err := readAll(v); err != io.EOF || !bytes.Equal(got, b) {
 		t.Fatalf("a source failing after the last byte: %d bytes, %v", len(got), err)
 	}
@@ -147,11 +147,11 @@ func TestReaderSourceError(t *testing.T) {
 func TestReaderReset(t *testing.T) {
 	a, b := body(200), body(300)
 	var v Reader
-	v.Reset(bytes.NewReader(a[:100]), Of(a).String(), 200)
+	v.Reset(bytes.NewReader(a[:100]), idOf(Of(a).String()), 200)
 	if _, err := readAll(&v); !errors.Is(err, ErrShort) {
 		t.Fatalf("first body: %v", err)
 	}
-	v.Reset(bytes.NewReader(b), Of(b).String(), 300)
+	v.Reset(bytes.NewReader(b), idOf(Of(b).String()), 300)
 	if got, err := readAll(&v); err != io.EOF || !bytes.Equal(got, b) {
 		t.Fatalf("after Reset: %d bytes, %v (a hash carried over?)", len(got), err)
 	}
@@ -184,4 +184,10 @@ func TestHasher(t *testing.T) {
 	if !h.Matches(Of(nil)) {
 		t.Fatal("Reset kept bytes")
 	}
+}
+
+// idOf is the ID of the segment id s: the zero ID when s is not one.
+func idOf(s string) ID {
+	id, _ := ParseID(s)
+	return id
 }

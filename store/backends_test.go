@@ -9,6 +9,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/s3"
 	"github.com/syncular/caddy-syncular/store/sqlite"
@@ -135,4 +136,11 @@ func s3RecordFor(body []byte, edit func(m map[string]any)) string {
 		edit(m)
 	}
 	return s3test.RecordHeader(m)
+}
+
+// idOf is the parsed ID of the segment id s; the zero ID (which every
+// layer refuses) when s is not one, so a test of a bad id keeps its case.
+func idOf(s string) segid.ID {
+	id, _ := segid.ParseID(s)
+	return id
 }

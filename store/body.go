@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -194,21 +195,21 @@ func diskBody(ctx context.Context, h *disk.Handle, t Tier, off, n int64, end fun
 // (Open). A variant missing because its identity bytes were not at hand
 // has its build started as soon as the identity read put them there, and
 // the answer follows that variant when it can be sent now.
-func (c *Cached) OpenBody(ctx context.Context, segmentID string, want Want) (*Body, error) {
+func (c *Cached) OpenBody(ctx context.Context, id segid.ID, want Want) (*Body, error) {
 	retry := compress.Identity
 	if len(want.Codings) > 0 {
 		var b *Body
-		if b, retry = c.openVariant(ctx, segmentID, want); b != nil {
+		if b, retry = c.openVariant(ctx, id, want); b != nil {
 			return b, nil
 		}
 	}
-	b, err := c.read(ctx, segmentID, want.Off, want.N)
+	b, err := c.read(ctx, id, want.Off, want.N)
 	if err != nil {
 		return nil, err
 	}
-	identity(b, segmentID, want)
+	identity(b, id, want)
 	if retry != compress.Identity {
-		if v := c.variantAfterRead(ctx, segmentID, retry, want.Wait); v != nil {
+		if v := c.variantAfterRead(ctx, id, retry, want.Wait); v != nil {
 			v.tier = b.tier // this request's read started what the variant follows
 			v.also = b
 			return v, nil
@@ -220,14 +221,14 @@ func (c *Cached) OpenBody(ctx context.Context, segmentID string, want Want) (*Bo
 // identity makes b, an open of want's identity range, that range's
 // answer: a stream of the whole segment is verified as it is read (once),
 // and a stream's length is the range's.
-func identity(b *Body, segmentID string, want Want) {
+func identity(b *Body, id segid.ID, want Want) {
 	b.coding = compress.Identity
 	if b.kind != BodyStream {
 		return
 	}
 	b.size = want.N
 	if b.streamed && !b.verified && want.Off == 0 && want.N == want.Size {
-		v := newVerifyReader(b.src, segmentID, want.Size, nil)
+		v := newVerifyReader(b.src, id, want.Size, nil)
 		b.r, b.closer, b.verified = v, v, true
 	}
 }
@@ -235,11 +236,11 @@ func identity(b *Body, segmentID string, want Want) {
 // openVariant is OpenBody's variant step. retry is the preferred coding
 // when its variant could not be built because the identity bytes were
 // not at hand (Identity otherwise).
-func (c *Cached) openVariant(ctx context.Context, segmentID string, want Want) (b *Body, retry compress.Coding) {
+func (c *Cached) openVariant(ctx context.Context, id segid.ID, want Want) (b *Body, retry compress.Coding) {
 	pref := want.Codings[0]
-	v, _, st := c.variant(segmentID, pref)
-	if st == variantBuilding && want.Wait && c.waitVariant(ctx, segmentID, pref) {
-		v, _, st = c.variant(segmentID, pref)
+	v, _, st := c.variant(id, pref)
+	if st == variantBuilding && want.Wait && c.waitVariant(ctx, id, pref) {
+		v, _, st = c.variant(id, pref)
 	}
 	if v != nil && (st == variantReady || st == variantFollowing) {
 		bindContext(ctx, v)
@@ -250,7 +251,7 @@ func (c *Cached) openVariant(ctx context.Context, segmentID string, want Want) (
 		v.Close()
 	}
 	for _, alt := range want.Codings[1:] {
-		if b := c.heldVariant(ctx, segmentID, alt); b != nil {
+		if b := c.heldVariant(ctx, id, alt); b != nil {
 			return b, compress.Identity
 		}
 	}
@@ -266,10 +267,10 @@ func (c *Cached) openVariant(ctx context.Context, segmentID string, want Want) (
 // request. The variant is returned when it can be sent now (a large
 // segment's, encoded as its fill lands, or a small one's whose build
 // ended within the wait).
-func (c *Cached) variantAfterRead(ctx context.Context, segmentID string, coding compress.Coding, wait bool) *Body {
-	v, _, st := c.variant(segmentID, coding)
-	if st == variantBuilding && wait && c.waitVariant(ctx, segmentID, coding) { // the build it started
-		v, _, st = c.variant(segmentID, coding)
+func (c *Cached) variantAfterRead(ctx context.Context, id segid.ID, coding compress.Coding, wait bool) *Body {
+	v, _, st := c.variant(id, coding)
+	if st == variantBuilding && wait && c.waitVariant(ctx, id, coding) { // the build it started
+		v, _, st = c.variant(id, coding)
 	}
 	switch {
 	case v != nil && (st == variantFollowing || st == variantReady):
@@ -282,14 +283,14 @@ func (c *Cached) variantAfterRead(ctx context.Context, segmentID string, coding 
 	return nil
 }
 
-// heldVariant is the complete coding variant of segmentID when a tier
+// heldVariant is the complete coding variant of id when a tier
 // holds it now; it starts no build.
-func (c *Cached) heldVariant(ctx context.Context, segmentID string, coding compress.Coding) *Body {
+func (c *Cached) heldVariant(ctx context.Context, id segid.ID, coding compress.Coding) *Body {
 	if !buildable(coding) {
 		return nil
 	}
 	if c.opts.MaxBytes > 0 {
-		if v, ok := c.blobs.get(variantKey(segmentID, coding)); ok {
+		if v, ok := c.blobs.get(variantKey(id, coding)); ok {
 			c.byteHits.Add(1)
 			b := memoryBody(v, TierMemory)
 			b.coding = coding
@@ -300,11 +301,11 @@ func (c *Cached) heldVariant(ctx context.Context, segmentID string, coding compr
 	if d == nil {
 		return nil
 	}
-	size, ok := c.records.size(segmentID)
+	size, ok := c.records.size(id.String())
 	if !ok {
 		return nil
 	}
-	h := d.HeldVariant(segmentID, size, coding)
+	h := d.HeldVariant(id, size, coding)
 	if h == nil {
 		return nil
 	}
@@ -324,19 +325,19 @@ func (c *Cached) heldVariant(ctx context.Context, segmentID string, coding compr
 // now (the preferred one also while it is encoded from a fill), with the
 // variant's length; Identity when none is. Nothing is read, counted or
 // built.
-func (c *Cached) Coding(segmentID string, codings []compress.Coding) (compress.Coding, int64) {
+func (c *Cached) Coding(id segid.ID, codings []compress.Coding) (compress.Coding, int64) {
 	for i, k := range codings {
 		if !buildable(k) {
 			continue
 		}
 		if c.opts.MaxBytes > 0 {
-			if v, ok := c.blobs.peek(variantKey(segmentID, k)); ok {
+			if v, ok := c.blobs.peek(variantKey(id, k)); ok {
 				return k, int64(len(v))
 			}
 		}
 		if d := c.opts.Disk; d != nil {
-			if size, ok := c.records.size(segmentID); ok {
-				if n, ok := d.VariantSize(segmentID, size, k, i == 0); ok {
+			if size, ok := c.records.size(id.String()); ok {
+				if n, ok := d.VariantSize(id, size, k, i == 0); ok {
 					return k, n
 				}
 			}

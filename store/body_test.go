@@ -20,7 +20,7 @@ func TestBodyKinds(t *testing.T) {
 	ctx := context.Background()
 	data := seg(10<<10, 7)
 	c, id := cachedWith(t, DefaultCacheOptions(), data)
-	b, err := c.OpenBody(ctx, id, Want{N: int64(len(data)), Size: int64(len(data))})
+	b, err := c.OpenBody(ctx, idOf(id), Want{N: int64(len(data)), Size: int64(len(data))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestBodyKinds(t *testing.T) {
 	bad := bytes.Clone(data)
 	bad[len(bad)-1] ^= 1
 	badID := inner.add(bad, segID(data))
-	sbody, err := NewCached(inner, CacheOptions{}).OpenBody(ctx, badID, Want{N: int64(len(bad)), Size: int64(len(bad))})
+	sbody, err := NewCached(inner, CacheOptions{}).OpenBody(ctx, idOf(badID), Want{N: int64(len(bad)), Size: int64(len(bad))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func TestBuildBudgetSharedByCaches(t *testing.T) {
 	started := 0
 	for i, c := range cs {
 		for _, coding := range []compress.Coding{compress.Gzip, compress.Zstd} {
-			if _, _, st := c.variant(ids[i], coding); st == variantBuilding {
+			if _, _, st := c.variant(idOf(ids[i]), coding); st == variantBuilding {
 				started++
 			}
 		}
@@ -70,7 +70,7 @@ func TestBuildBudgetSharedByCaches(t *testing.T) {
 	// A stopped cache starts no build.
 	before := ran.Load()
 	last := len(cs) - 1
-	cs[last].variant(ids[last], compress.Zstd)
+	cs[last].variant(idOf(ids[last]), compress.Zstd)
 	time.Sleep(20 * time.Millisecond)
 	if ran.Load() != before || compress.Builds.InUse() != 0 {
 		t.Fatal("a build started after Stop")

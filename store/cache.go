@@ -108,27 +108,27 @@ func (c *Cached) SharedTimeout() time.Duration { return c.opts.Timeout }
 // caller for the id. Errors are not cached; ErrNotFound from a read that
 // began less than the refusal window ago is answered again without a read.
 // While the store cannot be read, a record read within Grace answers.
-func (c *Cached) Lookup(ctx context.Context, segmentID string) (*Record, error) {
-	rec, _, err := c.LookupFrom(ctx, segmentID)
+func (c *Cached) Lookup(ctx context.Context, id segid.ID) (*Record, error) {
+	rec, _, err := c.LookupFrom(ctx, id)
 	return rec, err
 }
 
 // LookupFrom is Lookup, and says where the record came from (observe.go):
 // RecordGrace when the store could not be read and rec is a record older
 // than RecordTTL read within Grace.
-func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, RecordSource, error) {
+func (c *Cached) LookupFrom(ctx context.Context, id segid.ID) (*Record, RecordSource, error) {
 	now := c.opts.Now()
 	if c.opts.RecordTTL > 0 {
-		if rec, ok := c.records.get(segmentID, now.Add(-c.opts.RecordTTL)); ok {
+		if rec, ok := c.records.get(id.String(), now.Add(-c.opts.RecordTTL)); ok {
 			c.recordHits.Add(1)
 			return rec, RecordMemory, nil
 		}
 	}
-	if c.missedRecently(segmentID, now) {
+	if c.missedRecently(id, now) {
 		return nil, RecordMemory, ErrNotFound
 	}
 	c.recordMisses.Add(1)
-	rec, joined, err := c.fetchJoined(ctx, segmentID)
+	rec, joined, err := c.fetchJoined(ctx, id)
 	src := RecordStore
 	if joined {
 		src = RecordFollow
@@ -136,14 +136,14 @@ func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, Rec
 	if err == nil || c.opts.Grace <= 0 || !Unreadable(err) {
 		return rec, src, err
 	}
-	if g, ok := c.records.grace(segmentID, c.opts.Now().Add(-c.opts.Grace)); ok {
+	if g, ok := c.records.grace(id.String(), c.opts.Now().Add(-c.opts.Grace)); ok {
 		c.graceHits.Add(1)
 		return g, RecordGrace, nil
 	}
 	return nil, src, err
 }
 
-// Revalidate returns a record of segmentID at least as new as a read
+// Revalidate returns a record of id at least as new as a read
 // started now, when rec (from Lookup) may have come from the cache. Call it
 // before refusing a request on rec: the cache may then let a store change
 // through late only in the permissive direction (a deleted or shortened
@@ -152,11 +152,11 @@ func (c *Cached) LookupFrom(ctx context.Context, segmentID string) (*Record, Rec
 // store read each (coalesced), unless the caller skips Revalidate for a
 // refusal RefusedRecently remembers. ok is false when rec is already fresh
 // (nothing was read) or the read failed (err).
-func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) (fresh *Record, ok bool, err error) {
-	if !c.records.stale(segmentID, rec) {
+func (c *Cached) Revalidate(ctx context.Context, id segid.ID, rec *Record) (fresh *Record, ok bool, err error) {
+	if !c.records.stale(id.String(), rec) {
 		return nil, false, nil
 	}
-	fresh, err = c.fetch(ctx, segmentID)
+	fresh, err = c.fetch(ctx, id)
 	if err != nil {
 		return nil, false, err
 	}
@@ -165,17 +165,17 @@ func (c *Cached) Revalidate(ctx context.Context, segmentID string, rec *Record) 
 
 // fetch reads the record from the inner store, one read shared by every
 // concurrent caller for the id, and caches it.
-func (c *Cached) fetch(ctx context.Context, segmentID string) (*Record, error) {
-	rec, _, err := c.fetchJoined(ctx, segmentID)
+func (c *Cached) fetch(ctx context.Context, id segid.ID) (*Record, error) {
+	rec, _, err := c.fetchJoined(ctx, id)
 	return rec, err
 }
 
 // fetchJoined is fetch, and reports whether the read was another caller's.
-func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bool, error) {
+func (c *Cached) fetchJoined(ctx context.Context, id segid.ID) (*Record, bool, error) {
 	if err := c.guard(); err != nil {
 		return nil, false, err
 	}
-	return c.lookups.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) (*Record, error) {
+	return c.lookups.doJoined(ctx, id.String(), c.opts.Timeout, func(sctx context.Context) (*Record, error) {
 		if err := c.guard(); err != nil {
 			return nil, err
 		}
@@ -185,14 +185,14 @@ func (c *Cached) fetchJoined(ctx context.Context, segmentID string) (*Record, bo
 		}
 		defer release()
 		start := c.opts.Now()
-		rec, err := c.lookupInner(sctx, segmentID, start) // cache_group.go
+		rec, err := c.lookupInner(sctx, id, start) // cache_group.go
 		c.feedBreaker(err)
 		switch {
 		case err == nil && rec != nil:
-			c.records.put(segmentID, rec, start)
-			c.forgetMiss(segmentID)
+			c.records.put(id.String(), rec, start)
+			c.forgetMiss(id)
 		case errors.Is(err, ErrNotFound):
-			c.rememberMiss(segmentID, start)
+			c.rememberMiss(id, start)
 		}
 		return rec, err
 	})
@@ -206,8 +206,8 @@ var errNoRoom = errors.New("store: cache: no room")
 // MaxEntry, read whole once by one shared call, checked against its id,
 // cached and served to every concurrent caller), then the inner store,
 // streamed uncached.
-func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	b, err := c.read(ctx, segmentID, off, n)
+func (c *Cached) Open(ctx context.Context, id segid.ID, off, n int64) (io.ReadCloser, error) {
+	b, err := c.read(ctx, id, off, n)
 	if err != nil {
 		return nil, err
 	}
@@ -215,65 +215,65 @@ func (c *Cached) Open(ctx context.Context, segmentID string, off, n int64) (io.R
 }
 
 // openTier is Open, and says which tier answered (observe.go).
-func (c *Cached) openTier(ctx context.Context, segmentID string, off, n int64) (*Body, Tier, error) {
-	b, err := c.read(ctx, segmentID, off, n)
+func (c *Cached) openTier(ctx context.Context, id segid.ID, off, n int64) (*Body, Tier, error) {
+	b, err := c.read(ctx, id, off, n)
 	if err != nil {
 		return nil, TierStore, err
 	}
 	return b, b.tier, nil
 }
 
-// read opens [off, off+n) of segmentID through the tiers: a Body of the
+// read opens [off, off+n) of id through the tiers: a Body of the
 // tier that answered (Body.Tier), identity bytes.
-func (c *Cached) read(ctx context.Context, segmentID string, off, n int64) (*Body, error) {
+func (c *Cached) read(ctx context.Context, id segid.ID, off, n int64) (*Body, error) {
 	if off < 0 {
 		return nil, fmt.Errorf("store: cache open: negative offset %d", off)
 	}
-	if b, t, ok, err := c.openMemory(ctx, segmentID); ok || err != nil {
+	if b, t, ok, err := c.openMemory(ctx, id); ok || err != nil {
 		if err != nil {
 			return nil, err
 		}
 		return memoryBody(clamp(b, off, n), t), nil
 	}
-	if size, ok := c.records.size(segmentID); ok {
-		return c.openLarge(ctx, segmentID, size, off, n) // tier.go
+	if size, ok := c.records.size(id.String()); ok {
+		return c.openLarge(ctx, id, size, off, n) // tier.go
 	}
-	if err := c.backingOff(segmentID); err != nil {
+	if err := c.backingOff(id); err != nil {
 		return nil, err
 	}
 	c.passThrough.Add(1)
-	rc, t, err := c.openInner(ctx, segmentID, off, n)
+	rc, t, err := c.openInner(ctx, id, off, n)
 	if err != nil {
 		return nil, err
 	}
 	return streamBody(rc, t), nil
 }
 
-// openMemory serves segmentID from the bytes cache, filling it first when
+// openMemory serves id from the bytes cache, filling it first when
 // the segment fits. ok is false, with no error, when the segment is not
 // for memory (bytes cache off, length unknown, larger than MaxEntry, or
 // no room for a fill): the next tier serves it.
-func (c *Cached) openMemory(ctx context.Context, segmentID string) (b []byte, t Tier, ok bool, err error) {
+func (c *Cached) openMemory(ctx context.Context, id segid.ID) (b []byte, t Tier, ok bool, err error) {
 	if c.opts.MaxBytes <= 0 {
 		return nil, 0, false, nil
 	}
-	if b, ok := c.blobs.get(segmentID); ok {
+	if b, ok := c.blobs.get(id.String()); ok {
 		c.byteHits.Add(1)
 		return b, TierMemory, true, nil
 	}
-	size, ok := c.records.size(segmentID)
+	size, ok := c.records.size(id.String())
 	if !ok || size > c.opts.MaxEntry {
 		return nil, 0, false, nil
 	}
-	if err := c.backingOff(segmentID); err != nil {
+	if err := c.backingOff(id); err != nil {
 		return nil, TierStore, false, err
 	}
 	if err := c.guard(); err != nil {
 		return nil, TierStore, false, err // no shared call to set up: the store is not read
 	}
 	c.byteMisses.Add(1)
-	b, joined, err := c.fills.doJoined(ctx, segmentID, c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
-		return c.fill(sctx, segmentID, size)
+	b, joined, err := c.fills.doJoined(ctx, id.String(), c.opts.Timeout, func(sctx context.Context) ([]byte, error) {
+		return c.fill(sctx, id, size)
 	})
 	t = TierMemoryFill
 	if joined {
@@ -289,12 +289,12 @@ func (c *Cached) openMemory(ctx context.Context, segmentID string) (b []byte, t 
 	}
 }
 
-// fill reads segmentID whole, verifies it and caches it.
-func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte, error) {
-	if !segid.Valid(segmentID) {
+// fill reads id whole, verifies it and caches it.
+func (c *Cached) fill(ctx context.Context, id segid.ID, size int64) ([]byte, error) {
+	if id.IsZero() {
 		return nil, ErrNotFound
 	}
-	if b, ok := c.blobs.get(segmentID); ok {
+	if b, ok := c.blobs.get(id.String()); ok {
 		return b, nil // filled while this call was being set up
 	}
 	release, err := c.gate.acquire(ctx)
@@ -314,36 +314,37 @@ func (c *Cached) fill(ctx context.Context, segmentID string, size int64) ([]byte
 	b := make([]byte, size)
 	if c.filler != nil {
 		// The store reads it its own way (SQLite: without holding a
-		// lock across the read where it can, store/sqlite/lockfree.go).
-		err = c.fillInto(ctx, c.filler, segmentID, b)
-	} else {
-		err = c.readWhole(ctx, segmentID, b)
+		// lock across the read where it can, store/sqlite/lockfree.go)
+		// and verifies it in the same pass.
+		err = c.fillInto(ctx, c.filler, id, b)
+	} else if err = c.readWhole(ctx, id, b); err == nil {
+		err = checkWhole(id, b)
 	}
-	if err == nil {
-		err = checkWhole(segmentID, b)
-	}
-	c.verified(segmentID, err)
+	c.verified(id, err)
 	if err != nil {
 		return nil, err
 	}
-	c.blobs.insert(segmentID, b)
+	c.blobs.insert(id.String(), b)
 	inserted = true
 	return b, nil
 }
 
 // fillerInto is a store that reads a whole segment into a buffer of its
-// record's length itself (the SQLite store's FillInto); the caller verifies the hash.
+// record's length itself and verifies it as it reads (the SQLite store's
+// FillInto): nil only when buf holds the segment's bytes, an error
+// matching ErrCorruptSegment when the store's bytes are not the segment's.
+// The caller does not hash them again.
 type fillerInto interface {
-	FillInto(ctx context.Context, segmentID string, buf []byte) error
+	FillInto(ctx context.Context, id segid.ID, buf []byte) error
 }
 
-// fillInto reads segmentID into buf through the store's FillInto, behind
+// fillInto reads id into buf through the store's FillInto, behind
 // the breaker, counting the bytes read.
-func (c *Cached) fillInto(ctx context.Context, fi fillerInto, segmentID string, buf []byte) error {
+func (c *Cached) fillInto(ctx context.Context, fi fillerInto, id segid.ID, buf []byte) error {
 	if err := c.guard(); err != nil {
 		return err
 	}
-	err := fi.FillInto(ctx, segmentID, buf)
+	err := fi.FillInto(ctx, id, buf)
 	c.feedBreaker(err)
 	if err == nil {
 		c.storeRead.Add(int64(len(buf)))
@@ -351,31 +352,31 @@ func (c *Cached) fillInto(ctx context.Context, fi fillerInto, segmentID string, 
 	return err
 }
 
-// readWhole reads segmentID into buf, which is its record's length, by
+// readWhole reads id into buf, which is its record's length, by
 // the inner store's Open (openInner: behind the breaker, counted).
-func (c *Cached) readWhole(ctx context.Context, segmentID string, buf []byte) error {
-	rc, _, err := c.openInner(ctx, segmentID, 0, -1)
+func (c *Cached) readWhole(ctx context.Context, id segid.ID, buf []byte) error {
+	rc, _, err := c.openInner(ctx, id, 0, -1)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
 	if _, err := io.ReadFull(rc, buf); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", segmentID, ErrCorruptSegment)
+			return fmt.Errorf("store: %s: %w (shorter than its record's byteLength)", id, ErrCorruptSegment)
 		}
 		return err
 	}
 	var extra [1]byte
 	if k, _ := io.ReadFull(rc, extra[:]); k > 0 {
-		return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", segmentID, ErrCorruptSegment)
+		return fmt.Errorf("store: %s: %w (longer than its record's byteLength)", id, ErrCorruptSegment)
 	}
 	return nil
 }
 
-// checkWhole reports whether buf hashes to segmentID.
-func checkWhole(segmentID string, buf []byte) error {
-	if !segid.Matches(segmentID, buf) {
-		return fmt.Errorf("store: %s: %w", segmentID, ErrCorruptSegment)
+// checkWhole reports whether buf hashes to id.
+func checkWhole(id segid.ID, buf []byte) error {
+	if !id.Matches(buf) {
+		return fmt.Errorf("store: %s: %w", id, ErrCorruptSegment)
 	}
 	return nil
 }

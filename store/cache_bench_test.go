@@ -26,14 +26,14 @@ func benchAud(p string) string { return "aud:" + p }
 
 func benchGrant(b *testing.B, c *store.Cached, id, sd string) {
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			rec, err := c.Lookup(ctx, id)
+			rec, err := c.Lookup(ctx, idOf(id))
 			if err != nil {
 				b.Error(err)
 				return

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Group refreshes. Each cached record expires on its own, RecordTTL
@@ -39,27 +41,27 @@ type groupCounters struct {
 	groupReads, groupRefreshed atomic.Int64
 }
 
-// lookupInner is the inner store's Lookup of segmentID for a read that
+// lookupInner is the inner store's Lookup of id for a read that
 // began at start, refreshing the cached records about to expire in the
 // same read when the store can (see above).
-func (c *Cached) lookupInner(ctx context.Context, segmentID string, start time.Time) (*Record, error) {
+func (c *Cached) lookupInner(ctx context.Context, id segid.ID, start time.Time) (*Record, error) {
 	gr, ok := c.inner.(RecordGroupReader)
 	if !ok || c.opts.RecordTTL <= 0 {
-		return c.inner.Lookup(ctx, segmentID)
+		return c.inner.Lookup(ctx, id)
 	}
 	k := min(gr.GroupSize(), groupMax)
 	if k <= 0 {
-		return c.inner.Lookup(ctx, segmentID)
+		return c.inner.Lookup(ctx, id)
 	}
 	ttl := c.opts.RecordTTL
-	also := c.records.expiring(segmentID, start.Add(-2*ttl), start.Add(-ttl+ttl/groupAhead), k)
+	also := c.records.expiring(id.String(), start.Add(-2*ttl), start.Add(-ttl+ttl/groupAhead), k)
 	if len(also) == 0 {
-		return c.inner.Lookup(ctx, segmentID)
+		return c.inner.Lookup(ctx, id)
 	}
 	c.groupReads.Add(1)
-	rec, group, err := gr.LookupGroup(ctx, segmentID, also)
-	for id, g := range group {
-		if id != segmentID && g != nil && c.records.refresh(id, g, start) {
+	rec, group, err := gr.LookupGroup(ctx, id, also)
+	for gid, g := range group {
+		if gid != id.String() && g != nil && c.records.refresh(gid, g, start) {
 			c.groupRefreshed.Add(1)
 		}
 	}

@@ -32,7 +32,7 @@ func BenchmarkCachedLookupHit(b *testing.B) {
 	c, ids := benchCached(b, o, 64, 16)
 	ctx := context.Background()
 	for _, id := range ids {
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -40,7 +40,7 @@ func BenchmarkCachedLookupHit(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
-			if _, err := c.Lookup(ctx, ids[i%len(ids)]); err != nil {
+			if _, err := c.Lookup(ctx, idOf(ids[i%len(ids)])); err != nil {
 				b.Error(err)
 				return
 			}
@@ -59,7 +59,7 @@ func BenchmarkCachedLookupShared(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
-			if _, err := c.Lookup(ctx, ids[i%len(ids)]); err != nil {
+			if _, err := c.Lookup(ctx, idOf(ids[i%len(ids)])); err != nil {
 				b.Error(err)
 				return
 			}
@@ -78,7 +78,7 @@ func BenchmarkCachedRecordChurn(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.Lookup(ctx, ids[i%len(ids)]); err != nil {
+		if _, err := c.Lookup(ctx, idOf(ids[i%len(ids)])); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -92,10 +92,10 @@ func BenchmarkCachedOpenHit(b *testing.B) {
 	c, ids := benchCached(b, DefaultCacheOptions(), 16, 2048)
 	ctx := context.Background()
 	for _, id := range ids {
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			b.Fatal(err)
 		}
-		rc, err := c.Open(ctx, id, 0, -1)
+		rc, err := c.Open(ctx, idOf(id), 0, -1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -105,7 +105,7 @@ func BenchmarkCachedOpenHit(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for i := 0; pb.Next(); i++ {
-			rc, err := c.Open(ctx, ids[i%len(ids)], 0, -1)
+			rc, err := c.Open(ctx, idOf(ids[i%len(ids)]), 0, -1)
 			if err != nil {
 				b.Error(err)
 				return
@@ -127,14 +127,14 @@ func BenchmarkCachedOpenFill(b *testing.B) {
 	c, ids := benchCached(b, o, 16, 2048)
 	ctx := context.Background()
 	for _, id := range ids {
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		rc, err := c.Open(ctx, ids[i%len(ids)], 0, -1)
+		rc, err := c.Open(ctx, idOf(ids[i%len(ids)]), 0, -1)
 		if err != nil {
 			b.Fatal(err)
 		}

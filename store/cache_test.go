@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // countingStore is an in-memory Store that counts inner calls and can hold
@@ -74,7 +76,8 @@ func (s *countingStore) done(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-func (s *countingStore) Lookup(ctx context.Context, id string) (*Record, error) {
+func (s *countingStore) Lookup(ctx context.Context, pid segid.ID) (*Record, error) {
+	id := pid.String()
 	s.mu.Lock()
 	s.lookups++
 	s.mu.Unlock()
@@ -90,7 +93,8 @@ func (s *countingStore) Lookup(ctx context.Context, id string) (*Record, error) 
 	return nil, ErrNotFound
 }
 
-func (s *countingStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
+func (s *countingStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
 	s.mu.Lock()
 	s.opens++
 	s.mu.Unlock()
@@ -141,7 +145,7 @@ func readAll(t *testing.T, rc io.ReadCloser, err error) []byte {
 
 func openAll(t *testing.T, c *Cached, ctx context.Context, id string, off, n int64) []byte {
 	t.Helper()
-	rc, err := c.Open(ctx, id, off, n)
+	rc, err := c.Open(ctx, idOf(id), off, n)
 	return readAll(t, rc, err)
 }
 
@@ -171,7 +175,7 @@ func TestCachedOpenCoalesces(t *testing.T) {
 	id := inner.add(data)
 	c := NewCached(inner, DefaultCacheOptions())
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -185,7 +189,7 @@ func TestCachedOpenCoalesces(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rc, err := c.Open(ctx, id, 0, -1)
+			rc, err := c.Open(ctx, idOf(id), 0, -1)
 			if err != nil {
 				errs[i] = err
 				return
@@ -238,7 +242,7 @@ func TestCachedLookupCoalescesAndExpires(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if rec, err := c.Lookup(ctx, id); err != nil || rec.SegmentID != id {
+			if rec, err := c.Lookup(ctx, idOf(id)); err != nil || rec.SegmentID != id {
 				t.Errorf("lookup: %v", err)
 			}
 		}()
@@ -251,14 +255,14 @@ func TestCachedLookupCoalescesAndExpires(t *testing.T) {
 	}
 
 	advance(opts.RecordTTL - time.Millisecond)
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := inner.counts(); l != 1 {
 		t.Fatalf("lookup within the TTL read the store (%d lookups)", l)
 	}
 	advance(time.Millisecond)
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := inner.counts(); l != 2 {
@@ -269,11 +273,11 @@ func TestCachedLookupCoalescesAndExpires(t *testing.T) {
 	inner.mu.Lock()
 	delete(inner.recs, id)
 	inner.mu.Unlock()
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatalf("within the TTL the cached record is served: %v", err)
 	}
 	advance(opts.RecordTTL)
-	if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Lookup(ctx, idOf(id)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("after the TTL a deleted record is ErrNotFound, got %v", err)
 	}
 }
@@ -285,7 +289,7 @@ func TestCachedRecordTTLZeroAlwaysReads(t *testing.T) {
 	opts.RecordTTL = 0
 	c := NewCached(inner, opts)
 	for range 3 {
-		if _, err := c.Lookup(context.Background(), id); err != nil {
+		if _, err := c.Lookup(context.Background(), idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -306,7 +310,7 @@ func TestCachedDisconnectDoesNotCancelShared(t *testing.T) {
 	data := seg(4096, 4)
 	id := inner.add(data)
 	c := NewCached(inner, DefaultCacheOptions())
-	if _, err := c.Lookup(context.Background(), id); err != nil {
+	if _, err := c.Lookup(context.Background(), idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	gate := make(chan struct{})
@@ -316,7 +320,7 @@ func TestCachedDisconnectDoesNotCancelShared(t *testing.T) {
 	ctxA, cancelA := context.WithCancel(context.Background())
 	errA := make(chan error, 1)
 	go func() {
-		rc, err := c.Open(ctxA, id, 0, -1)
+		rc, err := c.Open(ctxA, idOf(id), 0, -1)
 		if err == nil {
 			rc.Close()
 		}
@@ -329,7 +333,7 @@ func TestCachedDisconnectDoesNotCancelShared(t *testing.T) {
 	}
 	resB := make(chan res, 1)
 	go func() {
-		rc, err := c.Open(context.Background(), id, 0, -1)
+		rc, err := c.Open(context.Background(), idOf(id), 0, -1)
 		if err != nil {
 			resB <- res{nil, err}
 			return
@@ -371,7 +375,7 @@ func TestCachedSharedCallTimeout(t *testing.T) {
 	opts.Timeout = 20 * time.Millisecond
 	c := NewCached(inner, opts)
 	inner.setGate(make(chan struct{})) // never opens
-	_, err := c.Lookup(context.Background(), id)
+	_, err := c.Lookup(context.Background(), idOf(id))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("stuck store: %v, want DeadlineExceeded", err)
 	}
@@ -388,7 +392,7 @@ func TestCachedByteBudget(t *testing.T) {
 	for i := range 10 {
 		id := inner.add(seg(30, byte(10+i)))
 		ids = append(ids, id)
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 		openAll(t, c, ctx, id, 0, -1)
@@ -419,7 +423,7 @@ func TestCachedByteBudget(t *testing.T) {
 	// caller's range.
 	big := seg(41, 99)
 	bid := inner.add(big)
-	if _, err := c.Lookup(ctx, bid); err != nil {
+	if _, err := c.Lookup(ctx, idOf(bid)); err != nil {
 		t.Fatal(err)
 	}
 	_, opens = inner.counts()
@@ -454,11 +458,11 @@ func TestCachedCorruptBytes(t *testing.T) {
 	c := NewCached(inner, DefaultCacheOptions())
 	ctx := context.Background()
 	for _, i := range []string{id, sid} {
-		if _, err := c.Lookup(ctx, i); err != nil {
+		if _, err := c.Lookup(ctx, idOf(i)); err != nil {
 			t.Fatal(err)
 		}
 		for k := range 2 {
-			rc, err := c.Open(ctx, i, 0, -1)
+			rc, err := c.Open(ctx, idOf(i), 0, -1)
 			if !errors.Is(err, ErrCorruptSegment) {
 				if rc != nil {
 					rc.Close()
@@ -491,19 +495,19 @@ func TestCachedNotFoundCannotEvict(t *testing.T) {
 	for i := range 4 {
 		id := inner.add(seg(10, byte(40+i)))
 		ids = append(ids, id)
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := range 1000 {
 		sum := sha256.Sum256([]byte(fmt.Sprint("random", i)))
-		if _, err := c.Lookup(ctx, "sha256:"+hex.EncodeToString(sum[:])); !errors.Is(err, ErrNotFound) {
+		if _, err := c.Lookup(ctx, idOf("sha256:"+hex.EncodeToString(sum[:]))); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("unknown id: %v", err)
 		}
 	}
 	before, _ := inner.counts()
 	for _, id := range ids {
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -517,12 +521,12 @@ func TestCachedNotFoundCannotEvict(t *testing.T) {
 	// once the refusal window of the read that missed it has passed.
 	late := seg(10, 77)
 	lid := segID(late)
-	if _, err := c.Lookup(ctx, lid); !errors.Is(err, ErrNotFound) {
+	if _, err := c.Lookup(ctx, idOf(lid)); !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
 	}
 	inner.add(late)
 	clk.Advance(RefusalWindow)
-	if _, err := c.Lookup(ctx, lid); err != nil {
+	if _, err := c.Lookup(ctx, idOf(lid)); err != nil {
 		t.Fatalf("a miss was remembered past the refusal window: %v", err)
 	}
 }
@@ -533,7 +537,7 @@ func TestCachedDisabled(t *testing.T) {
 	c := NewCached(inner, CacheOptions{})
 	ctx := context.Background()
 	for range 3 {
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 		openAll(t, c, ctx, id, 0, -1)
@@ -563,17 +567,17 @@ func TestCachedRevalidate(t *testing.T) {
 	id := inner.add(seg(10, 9))
 	c := NewCached(inner, DefaultCacheOptions())
 	ctx := context.Background()
-	rec, err := c.Lookup(ctx, id) // a miss: read now
+	rec, err := c.Lookup(ctx, idOf(id)) // a miss: read now
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := c.Revalidate(ctx, id, rec); ok || err != nil {
+	if _, ok, err := c.Revalidate(ctx, idOf(id), rec); ok || err != nil {
 		t.Fatalf("a record just read was re-read (ok %v, err %v)", ok, err)
 	}
 	if l, _ := inner.counts(); l != 1 {
 		t.Fatalf("%d lookups, want 1", l)
 	}
-	hit, err := c.Lookup(ctx, id) // a hit: may be stale
+	hit, err := c.Lookup(ctx, idOf(id)) // a hit: may be stale
 	if err != nil || hit != rec {
 		t.Fatal("expected a cache hit")
 	}
@@ -581,7 +585,7 @@ func TestCachedRevalidate(t *testing.T) {
 	newer := &Record{SegmentID: id, ByteLength: 10, MediaType: MediaSQLite}
 	inner.recs[id] = newer
 	inner.mu.Unlock()
-	fresh, ok, err := c.Revalidate(ctx, id, hit)
+	fresh, ok, err := c.Revalidate(ctx, idOf(id), hit)
 	if err != nil || !ok || fresh != newer {
 		t.Fatalf("revalidate: %v %v %v", fresh, ok, err)
 	}
@@ -589,7 +593,14 @@ func TestCachedRevalidate(t *testing.T) {
 		t.Fatalf("%d lookups, want 2", l)
 	}
 	// The cache now holds the newer record.
-	if got, _ := c.Lookup(ctx, id); got != newer {
+	if got, _ := c.Lookup(ctx, idOf(id)); got != newer {
 		t.Fatal("revalidated record not cached")
 	}
+}
+
+// idOf is the parsed ID of the segment id s; the zero ID (which every
+// layer refuses) when s is not one, so a test of a bad id keeps its case.
+func idOf(s string) segid.ID {
+	id, _ := segid.ParseID(s)
+	return id
 }

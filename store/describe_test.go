@@ -3,12 +3,12 @@ package store_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
-	"path/filepath"
 )
 
 // TestPublicationStatesVectors: the state of each publication of the gen-3
@@ -33,7 +33,7 @@ func TestPublicationStatesVectors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rec, err := st.Lookup(context.Background(), c.id)
+			rec, err := st.Lookup(context.Background(), idOf(c.id))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // latencyStore is a store whose only cost is time: every Lookup and Open
@@ -75,7 +77,8 @@ func (s *latencyStore) read(ctx context.Context) error {
 	return nil
 }
 
-func (s *latencyStore) Lookup(ctx context.Context, id string) (*Record, error) {
+func (s *latencyStore) Lookup(ctx context.Context, pid segid.ID) (*Record, error) {
+	id := pid.String()
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
@@ -87,7 +90,8 @@ func (s *latencyStore) Lookup(ctx context.Context, id string) (*Record, error) {
 	return nil, ErrNotFound
 }
 
-func (s *latencyStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
+func (s *latencyStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
 	if err := s.read(ctx); err != nil {
 		return nil, err
 	}
@@ -126,10 +130,10 @@ func stormRound(t *testing.T, st *latencyStore, bClients int, withA bool, seed i
 
 	download := func(tenant, id string) error {
 		ctx := WithTenant(context.Background(), tenant)
-		if _, err := c.Lookup(ctx, id); err != nil {
+		if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 			return err
 		}
-		rc, err := c.Open(ctx, id, 0, -1)
+		rc, err := c.Open(ctx, idOf(id), 0, -1)
 		if err != nil {
 			return err
 		}

@@ -294,12 +294,12 @@ func TestCachedGateFollowersCostNoSlot(t *testing.T) {
 	errs := make(chan error, n)
 	for range n {
 		go func() {
-			_, err := c.Lookup(WithTenant(context.Background(), "A"), a)
+			_, err := c.Lookup(WithTenant(context.Background(), "A"), idOf(a))
 			errs <- err
 		}()
 	}
 	waitFor(t, "one shared lookup", func() bool { return c.Flow().Gate.InUse == 1 && c.lookups.waiting(a) == n })
-	if _, err := c.Lookup(WithTenant(context.Background(), "B"), b); !errors.Is(err, ErrOverloaded) || Unreadable(err) {
+	if _, err := c.Lookup(WithTenant(context.Background(), "B"), idOf(b)); !errors.Is(err, ErrOverloaded) || Unreadable(err) {
 		t.Fatalf("distinct lookup with every slot taken: %v, want ErrOverloaded (not Unreadable)", err)
 	}
 	close(gate)

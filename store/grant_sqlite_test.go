@@ -38,7 +38,7 @@ func TestSQLiteCheckpoints(t *testing.T) {
 			s := openStore(t, path)
 			check := func(step string, s store.Store, want map[string]int64, p1Want, p2Want store.GrantResult) {
 				t.Helper()
-				rec, err := s.Lookup(ctx, id)
+				rec, err := s.Lookup(ctx, idOf(id))
 				if err != nil {
 					t.Fatalf("%s: Lookup: %v", step, err)
 				}
@@ -115,7 +115,7 @@ func TestSQLiteCheckpointFault(t *testing.T) {
 	if err := w.Exec(`UPDATE sync_backfill_checkpoints SET schema_version = 'three'`); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := openStore(t, path).Lookup(context.Background(), id)
+	rec, err := openStore(t, path).Lookup(context.Background(), idOf(id))
 	if err == nil {
 		t.Fatalf("Lookup succeeded with a text schema_version: %+v", rec)
 	}

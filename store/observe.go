@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync/atomic"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -120,11 +121,11 @@ func (c *Cached) Flow() FlowStats {
 
 // openInner streams a body from the inner store, counting its bytes,
 // behind the breaker (outage.go).
-func (c *Cached) openInner(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, Tier, error) {
+func (c *Cached) openInner(ctx context.Context, id segid.ID, off, n int64) (io.ReadCloser, Tier, error) {
 	if err := c.guard(); err != nil {
 		return nil, TierStore, err
 	}
-	rc, err := c.inner.Open(ctx, segmentID, off, n)
+	rc, err := c.inner.Open(ctx, id, off, n)
 	c.feedBreaker(err)
 	if err != nil {
 		return nil, TierStore, err

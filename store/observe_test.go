@@ -10,7 +10,7 @@ import (
 // openTier opens id whole and reads it, returning the tier.
 func openTier(t *testing.T, c *Cached, id string, want []byte) Tier {
 	t.Helper()
-	rc, tier, err := c.openTier(context.Background(), id, 0, -1)
+	rc, tier, err := c.openTier(context.Background(), idOf(id), 0, -1)
 	got := readAll(t, rc, err)
 	if !bytes.Equal(got, want) {
 		t.Fatalf("%s: wrong bytes (%d of %d)", id, len(got), len(want))
@@ -32,10 +32,10 @@ func TestOpenTierAndFlow(t *testing.T) {
 	c, d := tierCache(t, inner, t.TempDir())
 	ctx := context.Background()
 	for _, id := range []string{sid, lid} {
-		if _, src, err := c.LookupFrom(ctx, id); err != nil || src != RecordStore {
+		if _, src, err := c.LookupFrom(ctx, idOf(id)); err != nil || src != RecordStore {
 			t.Fatalf("first lookup: %v, source %d (want RecordStore)", err, src)
 		}
-		if _, src, err := c.LookupFrom(ctx, id); err != nil || src != RecordMemory {
+		if _, src, err := c.LookupFrom(ctx, idOf(id)); err != nil || src != RecordMemory {
 			t.Fatalf("second lookup: %v, source %d (want RecordMemory)", err, src)
 		}
 	}
@@ -114,7 +114,7 @@ func TestOpenTierAndFlow(t *testing.T) {
 	if got := c.Flow().StoreReadBytes; got != want {
 		t.Fatalf("StoreReadBytes = %d, want %d (each segment read from the store once)", got, want)
 	}
-	b, err := NewCached(cs, CacheOptions{}).OpenBody(context.Background(), oid, Want{N: int64(len(other)), Size: int64(len(other))})
+	b, err := NewCached(cs, CacheOptions{}).OpenBody(context.Background(), idOf(oid), Want{N: int64(len(other)), Size: int64(len(other))})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func contractCache(t *testing.T, inner store.Store, tier string, ids []string) *
 	t.Cleanup(c.Stop) // not Close: that would close inner
 	if tier != "pass-through" {
 		for _, id := range ids {
-			if _, err := c.Lookup(context.Background(), id); err != nil {
+			if _, err := c.Lookup(context.Background(), idOf(id)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -117,7 +117,7 @@ func checkOpenContract(t *testing.T, s store.Store, ids []string, segs [][]byte)
 				hi = min(c.off+c.n, l)
 			}
 			want := b[lo:max(lo, hi)]
-			rc, err := s.Open(ctx, ids[i], c.off, c.n)
+			rc, err := s.Open(ctx, idOf(ids[i]), c.off, c.n)
 			if err != nil {
 				t.Errorf("segment of %d bytes: Open(%d, %d): %v; want %d bytes", l, c.off, c.n, err, len(want))
 				continue
@@ -128,7 +128,7 @@ func checkOpenContract(t *testing.T, s store.Store, ids []string, segs [][]byte)
 				t.Errorf("segment of %d bytes: Open(%d, %d) read %d bytes (%v); want b[%d:%d]", l, c.off, c.n, len(got), err, lo, max(lo, hi))
 			}
 		}
-		if rc, err := s.Open(ctx, ids[i], -1, 1); err == nil || errors.Is(err, store.ErrNotFound) {
+		if rc, err := s.Open(ctx, idOf(ids[i]), -1, 1); err == nil || errors.Is(err, store.ErrNotFound) {
 			if rc != nil {
 				rc.Close()
 			}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Store faults in Cached: what it does when the backing store cannot be
@@ -48,7 +50,7 @@ const (
 // probeID is the segment id the background probe looks up: one no writer
 // publishes (the SHA-256 of no content is another). Any answer, "not
 // found" included, means the store can be read.
-var probeID = "sha256:" + "0000000000000000000000000000000000000000000000000000000000000000"
+var probeID = segid.MustParseID("sha256:" + "0000000000000000000000000000000000000000000000000000000000000000")
 
 // ErrStoreDown is the answer of Cached, without calling the backing store,
 // while its breaker is open: the last calls found the store unreadable, and
@@ -241,15 +243,15 @@ func (b *corruptBackoffs) init() {
 }
 
 // backingOff returns an error matching ErrCorruptSegment and
-// ErrCorruptBackoff while segmentID's backoff runs.
-func (c *Cached) backingOff(segmentID string) error {
+// ErrCorruptBackoff while id's backoff runs.
+func (c *Cached) backingOff(id segid.ID) error {
 	b := &c.corrupt
 	if b.n.Load() == 0 {
 		return nil
 	}
 	now := c.opts.Now()
 	b.mu.Lock()
-	e, ok := b.m.Peek(segmentID)
+	e, ok := b.m.Peek(id.String())
 	var left time.Duration
 	if ok {
 		left = e.until.Sub(now)
@@ -259,44 +261,44 @@ func (c *Cached) backingOff(segmentID string) error {
 		return nil
 	}
 	b.answers.Add(1)
-	return fmt.Errorf("store: %s: %w: %w (%v left)", segmentID, ErrCorruptSegment, ErrCorruptBackoff, left.Round(time.Second))
+	return fmt.Errorf("store: %s: %w: %w (%v left)", id, ErrCorruptSegment, ErrCorruptBackoff, left.Round(time.Second))
 }
 
-// markCorrupt starts (or doubles) segmentID's backoff.
-func (c *Cached) markCorrupt(segmentID string) {
+// markCorrupt starts (or doubles) id's backoff.
+func (c *Cached) markCorrupt(id segid.ID) {
 	b := &c.corrupt
 	now := c.opts.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if e, ok := b.m.Get(segmentID); ok {
+	if e, ok := b.m.Get(id.String()); ok {
 		e.delay = min(e.delay*2, c.opts.CorruptBackoffMax)
 		e.until = now.Add(e.delay)
 		return
 	}
 	d := c.opts.CorruptBackoff
-	b.m.Add(segmentID, &backoffEntry{until: now.Add(d), delay: d})
+	b.m.Add(id.String(), &backoffEntry{until: now.Add(d), delay: d})
 	b.n.Add(1)
 }
 
-// clearCorrupt forgets segmentID's backoff: its bytes verified.
-func (c *Cached) clearCorrupt(segmentID string) {
+// clearCorrupt forgets id's backoff: its bytes verified.
+func (c *Cached) clearCorrupt(id segid.ID) {
 	b := &c.corrupt
 	if b.n.Load() == 0 {
 		return
 	}
 	b.mu.Lock()
-	b.m.Remove(segmentID)
+	b.m.Remove(id.String())
 	b.mu.Unlock()
 }
 
-// verified is the end of a verified read of segmentID's store bytes: nil
+// verified is the end of a verified read of id's store bytes: nil
 // when they verified, else the error that ended it.
-func (c *Cached) verified(segmentID string, err error) {
+func (c *Cached) verified(id segid.ID, err error) {
 	switch {
 	case err == nil:
-		c.clearCorrupt(segmentID)
+		c.clearCorrupt(id)
 	case errors.Is(err, ErrCorruptSegment) && !errors.Is(err, ErrCorruptBackoff):
-		c.markCorrupt(segmentID)
+		c.markCorrupt(id)
 	}
 }
 
@@ -319,33 +321,33 @@ func (c *Cached) refusalWindow() time.Duration {
 	return min(RefusalWindow, c.opts.RecordTTL)
 }
 
-func (c *Cached) rememberMiss(segmentID string, read time.Time) {
+func (c *Cached) rememberMiss(id segid.ID, read time.Time) {
 	if c.refusalWindow() <= 0 {
 		return
 	}
 	c.misses.mu.Lock()
-	c.misses.m.Add(segmentID, read)
+	c.misses.m.Add(id.String(), read)
 	c.misses.mu.Unlock()
 }
 
-func (c *Cached) forgetMiss(segmentID string) {
+func (c *Cached) forgetMiss(id segid.ID) {
 	if c.refusalWindow() <= 0 {
 		return
 	}
 	c.misses.mu.Lock()
-	c.misses.m.Remove(segmentID)
+	c.misses.m.Remove(id.String())
 	c.misses.mu.Unlock()
 }
 
 // missedRecently reports whether a read that began less than the refusal
-// window before now found segmentID absent.
-func (c *Cached) missedRecently(segmentID string, now time.Time) bool {
+// window before now found id absent.
+func (c *Cached) missedRecently(id segid.ID, now time.Time) bool {
 	w := c.refusalWindow()
 	if w <= 0 {
 		return false
 	}
 	c.misses.mu.Lock()
-	at, ok := c.misses.m.Peek(segmentID)
+	at, ok := c.misses.m.Peek(id.String())
 	c.misses.mu.Unlock()
 	if ok && now.Sub(at) < w {
 		c.misses.hits.Add(1)
@@ -355,17 +357,17 @@ func (c *Cached) missedRecently(segmentID string, now time.Time) bool {
 }
 
 // RefusedRecently reports whether a refusal for reason was decided on rec,
-// segmentID's record as read from the store (not from the cache), by a read
+// id's record as read from the store (not from the cache), by a read
 // that began less than the refusal window ago (RefusalWindow, at most
 // RecordTTL). A caller about to refuse on rec for that reason may then
 // skip Revalidate: a repeated refused request costs no store read. A
 // grant is never remembered this way.
-func (c *Cached) RefusedRecently(segmentID string, rec *Record, reason Reason) bool {
+func (c *Cached) RefusedRecently(id segid.ID, rec *Record, reason Reason) bool {
 	w := c.refusalWindow()
 	if w <= 0 || reason == ReasonNone {
 		return false
 	}
-	if c.records.refused(segmentID, rec, reason, c.opts.Now().Add(-w)) {
+	if c.records.refused(id.String(), rec, reason, c.opts.Now().Add(-w)) {
 		c.refusalHits.Add(1)
 		return true
 	}
@@ -373,12 +375,12 @@ func (c *Cached) RefusedRecently(segmentID string, rec *Record, reason Reason) b
 }
 
 // RememberRefusal records that a refusal for reason was decided on rec, a
-// record of segmentID read from the store for this request (a Lookup miss,
+// record of id read from the store for this request (a Lookup miss,
 // or Revalidate). It is forgotten when the record is read again or the
 // refusal window has passed since the read began.
-func (c *Cached) RememberRefusal(segmentID string, rec *Record, reason Reason) {
+func (c *Cached) RememberRefusal(id segid.ID, rec *Record, reason Reason) {
 	if c.refusalWindow() <= 0 || reason == ReasonNone {
 		return
 	}
-	c.records.refuse(segmentID, rec, reason)
+	c.records.refuse(id.String(), rec, reason)
 }

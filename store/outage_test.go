@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // clock is an injected clock for the cache's record ages and backoffs.
@@ -66,8 +68,9 @@ func (f *faultStore) fault(ctx context.Context) error {
 	return err
 }
 
-func (f *faultStore) Lookup(ctx context.Context, id string) (*Record, error) {
-	if id == probeID {
+func (f *faultStore) Lookup(ctx context.Context, pid segid.ID) (*Record, error) {
+	id := pid.String()
+	if pid == probeID {
 		f.mu.Lock()
 		f.probes++
 		f.mu.Unlock()
@@ -78,17 +81,18 @@ func (f *faultStore) Lookup(ctx context.Context, id string) (*Record, error) {
 		f.countingStore.mu.Unlock()
 		return nil, err
 	}
-	return f.countingStore.Lookup(ctx, id)
+	return f.countingStore.Lookup(ctx, idOf(id))
 }
 
-func (f *faultStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
+func (f *faultStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
 	if err := f.fault(ctx); err != nil {
 		f.countingStore.mu.Lock()
 		f.countingStore.opens++
 		f.countingStore.mu.Unlock()
 		return nil, err
 	}
-	rc, err := f.countingStore.Open(ctx, id, off, n)
+	rc, err := f.countingStore.Open(ctx, idOf(id), off, n)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +170,7 @@ func TestCachedGrace(t *testing.T) {
 				t.Fatalf("store down within grace: got %v, grace %v, err %v; want the record read before", got, g, err)
 			}
 			// The grace record is not taken for a fresh read.
-			if _, ok, err := c.Revalidate(ctx, id, got); ok || err == nil {
+			if _, ok, err := c.Revalidate(ctx, idOf(id), got); ok || err == nil {
 				t.Fatalf("revalidating a grace record during the outage: ok %v, err %v", ok, err)
 			}
 			if s := c.Stats(); s.GraceHits != 1 {
@@ -212,7 +216,7 @@ func TestCachedBreaker(t *testing.T) {
 	c := NewCached(fs, opts)
 	defer c.Stop()
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, held); err != nil {
+	if _, err := c.Lookup(ctx, idOf(held)); err != nil {
 		t.Fatal(err)
 	}
 	openAll(t, c, ctx, held, 0, -1) // held in memory now
@@ -222,7 +226,7 @@ func TestCachedBreaker(t *testing.T) {
 	for i := range DefaultBreakerFailures {
 		// Distinct ids: nothing coalesces, each is one failed call.
 		sum := fmt.Sprintf("sha256:%064x", i+1)
-		if _, err := c.Lookup(ctx, sum); !errors.Is(err, errUnreachable) {
+		if _, err := c.Lookup(ctx, idOf(sum)); !errors.Is(err, errUnreachable) {
 			t.Fatalf("call %d: %v, want the store's fault", i+1, err)
 		}
 	}
@@ -235,10 +239,10 @@ func TestCachedBreaker(t *testing.T) {
 	fs.set(nil, true) // the store hangs now: a call would wait Timeout
 	lookups, opens := fs.counts()
 	start := time.Now()
-	if _, err := c.Lookup(ctx, other); !errors.Is(err, ErrStoreDown) {
+	if _, err := c.Lookup(ctx, idOf(other)); !errors.Is(err, ErrStoreDown) {
 		t.Fatalf("lookup with the breaker open: %v", err)
 	}
-	if rc, err := c.Open(ctx, other, 0, -1); !errors.Is(err, ErrStoreDown) {
+	if rc, err := c.Open(ctx, idOf(other), 0, -1); !errors.Is(err, ErrStoreDown) {
 		if rc != nil {
 			rc.Close()
 		}
@@ -263,7 +267,7 @@ func TestCachedBreaker(t *testing.T) {
 	if _, open := c.BreakerOpenSince(); open {
 		t.Fatal("BreakerOpenSince open after the breaker closed")
 	}
-	if _, err := c.Lookup(ctx, other); err != nil {
+	if _, err := c.Lookup(ctx, idOf(other)); err != nil {
 		t.Fatalf("after recovery: %v", err)
 	}
 	mu.Lock()
@@ -275,9 +279,9 @@ func TestCachedBreaker(t *testing.T) {
 	// Answers reset the count: failures apart from each other never open it.
 	for i := range 2 * DefaultBreakerFailures {
 		fs.set(errUnreachable, false)
-		c.Lookup(ctx, fmt.Sprintf("sha256:%064x", 100+i))
+		c.Lookup(ctx, idOf(fmt.Sprintf("sha256:%064x", 100+i)))
 		fs.set(nil, false)
-		c.Lookup(ctx, fmt.Sprintf("sha256:%064x", 200+i)) // not found: an answer
+		c.Lookup(ctx, idOf(fmt.Sprintf("sha256:%064x", 200+i))) // not found: an answer
 	}
 	if c.BreakerOpen() || c.Stats().BreakerTrips != 1 {
 		t.Fatal("failures separated by answers opened the breaker")
@@ -296,7 +300,7 @@ func TestCachedStopEndsProbe(t *testing.T) {
 	c := NewCached(fs, opts)
 	fs.set(errUnreachable, false)
 	for i := range DefaultBreakerFailures {
-		c.Lookup(context.Background(), fmt.Sprintf("sha256:%064x", i+1))
+		c.Lookup(context.Background(), idOf(fmt.Sprintf("sha256:%064x", i+1)))
 	}
 	fs.set(nil, true)
 	waitFor(t, "the probe to wait on the store", func() bool { return fs.probeCount() >= 1 && fs.running.Load() == 1 })
@@ -315,7 +319,7 @@ func TestCachedStopEndsProbe(t *testing.T) {
 	c.brk.open.Store(false)
 	c.brk.fails.Store(0)
 	for i := range 2 * DefaultBreakerFailures {
-		c.Lookup(context.Background(), fmt.Sprintf("sha256:%064x", 50+i))
+		c.Lookup(context.Background(), idOf(fmt.Sprintf("sha256:%064x", 50+i)))
 	}
 	p := fs.probeCount()
 	time.Sleep(20 * time.Millisecond)
@@ -339,27 +343,27 @@ func TestCachedRefusalMemo(t *testing.T) {
 			c := NewCached(cs, opts)
 			defer c.Stop()
 			ctx := context.Background()
-			rec, err := c.Lookup(ctx, id)
+			rec, err := c.Lookup(ctx, idOf(id))
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.RememberRefusal(id, rec, ReasonExpired)
+			c.RememberRefusal(idOf(id), rec, ReasonExpired)
 			window := min(RefusalWindow, ttl)
-			if got := c.RefusedRecently(id, rec, ReasonExpired); got != (window > 0) {
+			if got := c.RefusedRecently(idOf(id), rec, ReasonExpired); got != (window > 0) {
 				t.Fatalf("just remembered: %v (window %v)", got, window)
 			}
-			if c.RefusedRecently(id, rec, ReasonScope) || c.RefusedRecently(id, rec, ReasonNone) {
+			if c.RefusedRecently(idOf(id), rec, ReasonScope) || c.RefusedRecently(idOf(id), rec, ReasonNone) {
 				t.Fatal("another reason was remembered")
 			}
 			if window == 0 {
 				return
 			}
 			clk.Advance(window - time.Millisecond)
-			if !c.RefusedRecently(id, rec, ReasonExpired) {
+			if !c.RefusedRecently(idOf(id), rec, ReasonExpired) {
 				t.Fatal("forgotten inside the window")
 			}
 			clk.Advance(time.Millisecond)
-			if c.RefusedRecently(id, rec, ReasonExpired) {
+			if c.RefusedRecently(idOf(id), rec, ReasonExpired) {
 				t.Fatal("remembered past the window")
 			}
 			// A new read replaces the record and forgets its refusals.
@@ -368,12 +372,12 @@ func TestCachedRefusalMemo(t *testing.T) {
 			cs.recs[id] = &cp
 			cs.mu.Unlock()
 			clk.Advance(ttl)
-			fresh, err := c.Lookup(ctx, id)
+			fresh, err := c.Lookup(ctx, idOf(id))
 			if err != nil || fresh != &cp {
 				t.Fatalf("expected a fresh read: %v", err)
 			}
-			c.RememberRefusal(id, rec, ReasonExpired) // the old record: ignored
-			if c.RefusedRecently(id, fresh, ReasonExpired) || c.RefusedRecently(id, rec, ReasonExpired) {
+			c.RememberRefusal(idOf(id), rec, ReasonExpired) // the old record: ignored
+			if c.RefusedRecently(idOf(id), fresh, ReasonExpired) || c.RefusedRecently(idOf(id), rec, ReasonExpired) {
 				t.Fatal("a refusal on a replaced record was remembered")
 			}
 			if s := c.Stats(); s.RefusalHits != 2 {
@@ -396,7 +400,7 @@ func TestCachedMissMemo(t *testing.T) {
 	b := seg(10, 5)
 	id := segID(b)
 	for range 100 {
-		if _, err := c.Lookup(ctx, id); !errors.Is(err, ErrNotFound) {
+		if _, err := c.Lookup(ctx, idOf(id)); !errors.Is(err, ErrNotFound) {
 			t.Fatal(err)
 		}
 	}
@@ -405,7 +409,7 @@ func TestCachedMissMemo(t *testing.T) {
 	}
 	cs.add(b)
 	clk.Advance(RefusalWindow)
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatalf("after the window: %v", err)
 	}
 }
@@ -441,13 +445,13 @@ func TestCachedCorruptBackoff(t *testing.T) {
 			defer c.Stop()
 			c.opts.CorruptBackoff, c.opts.CorruptBackoffMax = 30*time.Second, 100*time.Second
 			ctx := context.Background()
-			if _, err := c.Lookup(ctx, id); err != nil {
+			if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 				t.Fatal(err)
 			}
 			reads := func() int { _, o := cs.counts(); return o }
 			// try opens and reads the whole segment: corrupt, backing off, or ok.
 			try := func() string {
-				rc, err := c.Open(ctx, id, 0, -1)
+				rc, err := c.Open(ctx, idOf(id), 0, -1)
 				if err == nil {
 					_, err = io.ReadAll(rc)
 					rc.Close()
@@ -498,6 +502,6 @@ func TestCachedCorruptBackoff(t *testing.T) {
 
 // lookupGrace is LookupFrom, with grace true for a RecordGrace answer.
 func lookupGrace(c *Cached, ctx context.Context, id string) (*Record, bool, error) {
-	rec, src, err := c.LookupFrom(ctx, id)
+	rec, src, err := c.LookupFrom(ctx, idOf(id))
 	return rec, src == RecordGrace, err
 }

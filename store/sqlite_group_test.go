@@ -25,7 +25,7 @@ func groupSetup(t *testing.T, mode string, n int) (*seed.Writer, *sqlite.Store, 
 	t.Cleanup(c.Stop)
 	for _, id := range ids {
 		for range 2 {
-			if _, err := c.Lookup(context.Background(), id); err != nil {
+			if _, err := c.Lookup(context.Background(), idOf(id)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -51,7 +51,7 @@ func TestSQLiteGroupRefreshOneTransaction(t *testing.T) {
 		}
 	}
 	before, cs := s.RecordReadStats(), c.Stats()
-	if _, err := c.Lookup(context.Background(), ids[0]); err != nil {
+	if _, err := c.Lookup(context.Background(), idOf(ids[0])); err != nil {
 		t.Fatal(err)
 	}
 	st := s.RecordReadStats()
@@ -62,7 +62,7 @@ func TestSQLiteGroupRefreshOneTransaction(t *testing.T) {
 		t.Fatalf("group reads %d, refreshed %d, want 1 and %d", reads, refreshed, n-1)
 	}
 	for _, id := range ids[1:] {
-		rec, err := c.Lookup(context.Background(), id)
+		rec, err := c.Lookup(context.Background(), idOf(id))
 		want := blobPub().ExpiresAtMs
 		if id == changed {
 			want = 7
@@ -90,20 +90,20 @@ func TestSQLiteGroupRefreshSkipsMissingAndUndecodable(t *testing.T) {
 	if err := w.Exec("UPDATE sync_segment_publications SET expires_at_ms = 'soon' WHERE segment_id = ?", ids[2]); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Lookup(context.Background(), ids[0]); err != nil {
+	if _, err := c.Lookup(context.Background(), idOf(ids[0])); err != nil {
 		t.Fatal(err)
 	}
 	if _, refreshed := c.GroupStats(); refreshed != 1 {
 		t.Fatalf("refreshed %d, want 1 (only %s)", refreshed, ids[3])
 	}
 	cs := c.Stats()
-	if _, err := c.Lookup(context.Background(), ids[1]); err != store.ErrNotFound {
+	if _, err := c.Lookup(context.Background(), idOf(ids[1])); err != store.ErrNotFound {
 		t.Fatalf("deleted record: %v, want ErrNotFound", err)
 	}
-	if _, err := c.Lookup(context.Background(), ids[2]); err == nil {
+	if _, err := c.Lookup(context.Background(), idOf(ids[2])); err == nil {
 		t.Fatal("undecodable record: answered")
 	}
-	if _, err := c.Lookup(context.Background(), ids[3]); err != nil {
+	if _, err := c.Lookup(context.Background(), idOf(ids[3])); err != nil {
 		t.Fatal(err)
 	}
 	if got := c.Stats().RecordMisses - cs.RecordMisses; got != 2 {
@@ -122,7 +122,7 @@ func TestSQLiteGroupRefreshNotInWAL(t *testing.T) {
 	}
 	cs := c.Stats()
 	for _, id := range ids {
-		if _, err := c.Lookup(context.Background(), id); err != nil {
+		if _, err := c.Lookup(context.Background(), idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 	}

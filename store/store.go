@@ -8,6 +8,8 @@ import (
 	"errors"
 	"io"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // DefaultTimeout is the one default bound on a store call: the handler's
@@ -94,10 +96,12 @@ type Record struct {
 	LegacyHeader bool
 }
 
-// Store is a read-only segment store.
+// Store is a read-only segment store. Its ids are parsed (segid.ParseID,
+// where the request entered); the zero ID names no segment: ErrNotFound,
+// without a read.
 type Store interface {
-	// Lookup returns the record of segmentID, ErrNotFound, or a fault.
-	Lookup(ctx context.Context, segmentID string) (*Record, error)
+	// Lookup returns the record of id, ErrNotFound, or a fault.
+	Lookup(ctx context.Context, id segid.ID) (*Record, error)
 	// Open returns the segment's bytes from offset off, length n (n < 0:
 	// to the end). The caller closes the reader. ErrNotFound or a fault.
 	//
@@ -109,7 +113,7 @@ type Store interface {
 	// so Open has none of its own; bytes shorter than their record then
 	// show as a short read, which a verified whole read reports. A
 	// negative offset is an error.
-	Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error)
+	Open(ctx context.Context, id segid.ID, off, n int64) (io.ReadCloser, error)
 	// Close releases the store's resources.
 	Close() error
 }
@@ -122,11 +126,11 @@ type RecordGroupReader interface {
 	// GroupSize is how many other ids LookupGroup reads now (0: none, and
 	// the caller should call Lookup).
 	GroupSize() int
-	// LookupGroup is Lookup of segmentID, reading also (at most
+	// LookupGroup is Lookup of id, reading also (at most
 	// GroupSize of them, best effort) in the same read. group holds the
 	// records of also that were read and decoded (and may hold others
 	// read in the same transaction); an id that was not found, did not
 	// decode or was not reached is absent. group may be set when err is
 	// ErrNotFound; it is nil on any other error.
-	LookupGroup(ctx context.Context, segmentID string, also []string) (rec *Record, group map[string]*Record, err error)
+	LookupGroup(ctx context.Context, id segid.ID, also []string) (rec *Record, group map[string]*Record, err error)
 }

@@ -21,37 +21,45 @@ import (
 // byte, when it does not match its id.
 
 // blobCopier is a store that can copy a segment's bytes into a local
-// writer in one short read (the SQLite store's CopyBlob): the disk tier's fill source.
+// writer in one short read and verifies them as it copies (the SQLite
+// store's CopyBlob): the disk tier's fill source. CopyBlob returns nil
+// only when the bytes it wrote are the segment's (an error matching
+// ErrCorruptSegment when the store's are not), so the disk tier does not
+// hash them again (disk.Cache.GetVerified).
 type blobCopier interface {
-	CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error)
+	CopyBlob(ctx context.Context, id segid.ID, w io.Writer) (int64, error)
 }
 
 // openLarge serves [off, off+n) of a segment of size bytes that the
 // memory tier does not serve.
-func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n int64) (*Body, error) {
+func (c *Cached) openLarge(ctx context.Context, id segid.ID, size, off, n int64) (*Body, error) {
 	// Bytes that failed verification are not read again for a while
 	// (outage.go), whatever the tier that would read them.
-	if err := c.backingOff(segmentID); err != nil {
+	if err := c.backingOff(id); err != nil {
 		return nil, err
 	}
 	if d := c.opts.Disk; d != nil {
-		h, err := d.Get(ctx, segmentID, size, c.diskSource(ctx, segmentID))
+		get := d.Get
+		if c.copier != nil { // the copy verifies its bytes (blobCopier)
+			get = d.GetVerified
+		}
+		h, err := get(ctx, id, size, c.diskSource(ctx, id))
 		if err == nil {
 			t := diskTier(h)
 			// A fill that fails on the disk hands its readers over
 			// to the store, verified to the end (disk/handoff.go).
 			h.SetReopen(func(ctx context.Context, at int64) (io.ReadCloser, error) {
-				rc, _, err := c.openInner(ctx, segmentID, at, -1) // behind the breaker
+				rc, _, err := c.openInner(ctx, id, at, -1) // behind the breaker
 				return rc, err
 			})
-			b, err := diskBody(ctx, h, t, min(off, size), n, c.endOf(segmentID))
+			b, err := diskBody(ctx, h, t, min(off, size), n, c.endOf(id))
 			if err != nil {
 				h.Close()
 				return nil, fmt.Errorf("store: disk tier: %w", err)
 			}
 			c.diskReads.Add(1)
 			if h.Hit() {
-				c.clearCorrupt(segmentID) // a complete file verified
+				c.clearCorrupt(id) // a complete file verified
 			}
 			return b, nil
 		}
@@ -60,35 +68,35 @@ func (c *Cached) openLarge(ctx context.Context, segmentID string, size, off, n i
 			// answer (ErrNotFound, a fault, corrupt bytes) is every
 			// caller's, rather than one more store read each.
 			err = corruptErr(err)
-			c.verified(segmentID, err)
+			c.verified(id, err)
 			return nil, err
 		}
 	}
 	c.passThrough.Add(1)
-	rc, t, err := c.openInner(ctx, segmentID, off, n)
+	rc, t, err := c.openInner(ctx, id, off, n)
 	if err != nil {
 		return nil, err
 	}
 	b := streamBody(rc, t)
 	if off == 0 && (n < 0 || n >= size) {
-		v := newVerifyReader(rc, segmentID, size, c.endOf(segmentID))
+		v := newVerifyReader(rc, id, size, c.endOf(id))
 		b.r, b.closer, b.verified = v, v, true
 	}
 	return b, nil
 }
 
-// endOf is the end hook of a verified read of segmentID (Cached.verified).
-func (c *Cached) endOf(segmentID string) func(error) {
-	return func(err error) { c.verified(segmentID, err) }
+// endOf is the end hook of a verified read of id (Cached.verified).
+func (c *Cached) endOf(id segid.ID) func(error) {
+	return func(err error) { c.verified(id, err) }
 }
 
-// diskSource is how the disk tier fills segmentID: a streaming copy from
+// diskSource is how the disk tier fills id: a streaming copy from
 // the inner store, in one short read where the store offers one. The fill
 // holds a slot of the gate (fair.go) in the turn of the tenant of ctx,
 // the request that started it (the disk tier runs it under a context of
 // its own).
-func (c *Cached) diskSource(ctx context.Context, segmentID string) disk.Source {
-	src := c.diskCopy(segmentID)
+func (c *Cached) diskSource(ctx context.Context, id segid.ID) disk.Source {
+	src := c.diskCopy(id)
 	if c.gate == nil {
 		return src
 	}
@@ -104,14 +112,14 @@ func (c *Cached) diskSource(ctx context.Context, segmentID string) disk.Source {
 }
 
 // diskCopy is diskSource without the gate.
-func (c *Cached) diskCopy(segmentID string) disk.Source {
+func (c *Cached) diskCopy(id segid.ID) disk.Source {
 	if bc := c.copier; bc != nil {
 		return func(ctx context.Context, w io.Writer) error {
 			if err := c.guard(); err != nil {
 				return err
 			}
 			ow := &watchedWriter{w: w}
-			_, err := bc.CopyBlob(ctx, segmentID, &countingWriter{w: ow, n: &c.storeRead})
+			_, err := bc.CopyBlob(ctx, id, &countingWriter{w: ow, n: &c.storeRead})
 			if ow.err == nil { // a write error is the disk's, not the store's
 				c.feedBreaker(err)
 			}
@@ -119,7 +127,7 @@ func (c *Cached) diskCopy(segmentID string) disk.Source {
 		}
 	}
 	return disk.FromReader(func(ctx context.Context) (io.ReadCloser, error) {
-		rc, _, err := c.openInner(ctx, segmentID, 0, -1)
+		rc, _, err := c.openInner(ctx, id, 0, -1)
 		return rc, err
 	})
 }
@@ -162,16 +170,16 @@ func (w *watchedWriter) Write(p []byte) (int, error) {
 // from it can be aborted before the client has every byte it was promised.
 type verifyReader struct {
 	rc   io.ReadCloser
-	id   string
+	id   segid.ID
 	size int64
 	v    segid.Reader
 	err  error       // sticky: io.EOF once verified, or the failure
 	end  func(error) // told once whether the body verified (nil) or not; may be nil
 }
 
-func newVerifyReader(rc io.ReadCloser, segmentID string, size int64, end func(error)) *verifyReader {
-	v := &verifyReader{rc: rc, id: segmentID, size: size, end: end}
-	v.v.Reset(rc, segmentID, size)
+func newVerifyReader(rc io.ReadCloser, id segid.ID, size int64, end func(error)) *verifyReader {
+	v := &verifyReader{rc: rc, id: id, size: size, end: end}
+	v.v.Reset(rc, id, size)
 	return v
 }
 

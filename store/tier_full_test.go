@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // smallTmpfs mounts a tmpfs of size (mount's size= syntax) on a new
@@ -40,8 +42,9 @@ type chunkStore struct {
 	once    sync.Once
 }
 
-func (s *chunkStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
-	rc, err := s.countingStore.Open(ctx, id, off, n)
+func (s *chunkStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
+	rc, err := s.countingStore.Open(ctx, idOf(id), off, n)
 	if err != nil {
 		return nil, err
 	}
@@ -82,13 +85,13 @@ func TestTierFullDiskHandsReadersToStore(t *testing.T) {
 	inner := &chunkStore{countingStore: cs, release: make(chan struct{})}
 	c, d := tierCache(t, inner, dir)
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	const readers = 12
 	var bodies []io.ReadCloser
 	for range readers { // each Open returns once the fill's first byte is on disk
-		rc, err := c.Open(ctx, id, 0, -1)
+		rc, err := c.Open(ctx, idOf(id), 0, -1)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -18,30 +20,38 @@ import (
 // cache's verified memory bodies), like a real store's.
 type streamStore struct{ *countingStore }
 
-func (s streamStore) Open(ctx context.Context, id string, off, n int64) (io.ReadCloser, error) {
-	rc, err := s.countingStore.Open(ctx, id, off, n)
+func (s streamStore) Open(ctx context.Context, pid segid.ID, off, n int64) (io.ReadCloser, error) {
+	id := pid.String()
+	rc, err := s.countingStore.Open(ctx, idOf(id), off, n)
 	if err != nil {
 		return nil, err
 	}
 	return io.NopCloser(rc), nil
 }
 
-// copyStore also offers CopyBlob (as SQLite does) and counts its calls.
+// copyStore also offers CopyBlob (as SQLite does: verified as it copies,
+// blobCopier) and counts its calls.
 type copyStore struct {
 	streamStore
 	mu     sync.Mutex
 	copies int
 }
 
-func (s *copyStore) CopyBlob(ctx context.Context, id string, w io.Writer) (int64, error) {
+func (s *copyStore) CopyBlob(ctx context.Context, pid segid.ID, w io.Writer) (int64, error) {
+	id := pid.String()
 	s.mu.Lock()
 	s.copies++
 	s.mu.Unlock()
-	rc, err := s.countingStore.Open(ctx, id, 0, -1)
+	rc, err := s.countingStore.Open(ctx, idOf(id), 0, -1)
 	if err != nil {
 		return 0, err
 	}
-	return io.Copy(w, rc)
+	var h segid.Hasher
+	n, err := io.Copy(io.MultiWriter(w, &h), rc)
+	if want, perr := segid.Parse(id); err == nil && (perr != nil || !h.Matches(want)) {
+		err = fmt.Errorf("copy: %s: %w", id, ErrCorruptSegment)
+	}
+	return n, err
 }
 
 func randomBytes(n int, seed uint64) []byte {
@@ -92,7 +102,7 @@ func TestTierFillsOnceAndServesFromDisk(t *testing.T) {
 			inner, reads := tc.inner(cs)
 			c, d := tierCache(t, inner, t.TempDir())
 			ctx := context.Background()
-			if _, err := c.Lookup(ctx, id); err != nil {
+			if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 				t.Fatal(err)
 			}
 			gate := make(chan struct{})
@@ -103,7 +113,7 @@ func TestTierFillsOnceAndServesFromDisk(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					rc, err := c.Open(ctx, id, 0, -1)
+					rc, err := c.Open(ctx, idOf(id), 0, -1)
 					if err != nil {
 						errs <- err
 						return
@@ -138,7 +148,7 @@ func TestTierFillsOnceAndServesFromDisk(t *testing.T) {
 				t.Fatalf("stats %+v, disk %+v", st, ds)
 			}
 			// A complete file keeps the sendfile shape for the handler.
-			body, err := c.OpenBody(ctx, id, Want{N: int64(len(b)), Size: int64(len(b))})
+			body, err := c.OpenBody(ctx, idOf(id), Want{N: int64(len(b)), Size: int64(len(b))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,10 +197,10 @@ func TestTierCorruptSegmentNeverCompletes(t *testing.T) {
 			cs.recs[id].ByteLength = int64(len(good))
 			c, _ := tierCache(t, streamStore{cs}, tc.dir(t))
 			ctx := context.Background()
-			if _, err := c.Lookup(ctx, id); err != nil {
+			if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 				t.Fatal(err)
 			}
-			rc, err := c.Open(ctx, id, 0, -1)
+			rc, err := c.Open(ctx, idOf(id), 0, -1)
 			if err != nil {
 				if !errors.Is(err, ErrCorruptSegment) {
 					t.Fatalf("open: %v, want ErrCorruptSegment", err)
@@ -227,7 +237,7 @@ func TestTierUnusableDirectoryStreams(t *testing.T) {
 	id := cs.add(b)
 	c, d := tierCache(t, streamStore{cs}, unusableDir(t))
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	if got := openAll(t, c, ctx, id, 0, -1); !bytes.Equal(got, b) {
@@ -248,16 +258,16 @@ func TestVerifyWholeRightBody(t *testing.T) {
 	b := randomBytes(100_000, 4)
 	want := Want{N: int64(len(b)), Size: int64(len(b))}
 	body := streamBody(io.NopCloser(bytes.NewReader(b)), TierStore)
-	identity(body, segID(b), want)
+	identity(body, idOf(segID(b)), want)
 	got, err := io.ReadAll(body)
 	if err != nil || !bytes.Equal(got, b) {
 		t.Fatalf("read %d bytes: %v", len(got), err)
 	}
 	// A body already verified is not wrapped twice.
-	v := newVerifyReader(io.NopCloser(bytes.NewReader(b)), segID(b), int64(len(b)), nil)
+	v := newVerifyReader(io.NopCloser(bytes.NewReader(b)), idOf(segID(b)), int64(len(b)), nil)
 	vb := streamBody(v, TierStore)
 	vb.verified = true
-	if identity(vb, segID(b), want); vb.r != io.Reader(v) {
+	if identity(vb, idOf(segID(b)), want); vb.r != io.Reader(v) {
 		t.Fatal("a verified body was wrapped again")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -16,16 +17,16 @@ import (
 // sendfile(2) like an identity file.
 
 // diskVariant is variant's step for the disk tier.
-func (c *Cached) diskVariant(segmentID string, coding compress.Coding) (*Body, int64, disk.VariantState) {
+func (c *Cached) diskVariant(id segid.ID, coding compress.Coding) (*Body, int64, disk.VariantState) {
 	d := c.opts.Disk
 	if d == nil {
 		return nil, 0, variantUnavailable
 	}
-	size, ok := c.records.size(segmentID)
+	size, ok := c.records.size(id.String())
 	if !ok {
 		return nil, 0, variantUnavailable
 	}
-	h, st := d.Variant(segmentID, size, coding)
+	h, st := d.Variant(id, size, coding)
 	if st != variantReady && st != variantFollowing {
 		return nil, 0, st
 	}

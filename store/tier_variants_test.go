@@ -20,17 +20,17 @@ func TestTierVariantsFromDisk(t *testing.T) {
 	rid := cs.add(rnd)
 	c, _ := tierCache(t, streamStore{cs}, t.TempDir())
 	ctx := context.Background()
-	if _, _, st := c.variant(id, compress.Gzip); st != variantUnavailable {
+	if _, _, st := c.variant(idOf(id), compress.Gzip); st != variantUnavailable {
 		t.Fatalf("before the record is known: state %d, want unavailable", st)
 	}
 	for _, sid := range []string{id, rid} {
-		if _, err := c.Lookup(ctx, sid); err != nil {
+		if _, err := c.Lookup(ctx, idOf(sid)); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, st := c.variant(sid, compress.Gzip); st != variantUnavailable {
+		if _, _, st := c.variant(idOf(sid), compress.Gzip); st != variantUnavailable {
 			t.Fatalf("before the identity file exists: state %d, want unavailable", st)
 		}
-		rc, err := c.Open(ctx, sid, 0, -1)
+		rc, err := c.Open(ctx, idOf(sid), 0, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +41,7 @@ func TestTierVariantsFromDisk(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if rc, _, _ := c.variant(id, compress.Zstd); rc != nil {
+			if rc, _, _ := c.variant(idOf(id), compress.Zstd); rc != nil {
 				rc.Close()
 			}
 		}()
@@ -51,7 +51,7 @@ func TestTierVariantsFromDisk(t *testing.T) {
 	if st != variantReady || !bytes.Equal(decode(t, compress.Zstd, got), b) {
 		t.Fatalf("zstd: state %d, decodes %v", st, st == variantReady && bytes.Equal(decode(t, compress.Zstd, got), b))
 	}
-	rc, size, st := c.variant(id, compress.Zstd)
+	rc, size, st := c.variant(idOf(id), compress.Zstd)
 	if st != variantReady || size != int64(len(got)) {
 		t.Fatalf("hit: state %d size %d, want ready %d", st, size, len(got))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
 
@@ -52,17 +53,17 @@ func WaitBound(size int64) time.Duration {
 const WaitMinSize = 64 << 10
 
 // waitVariant waits, at most until ctx ends, for a build of the coding
-// variant of segmentID from bytes held in memory that is under way, when
+// variant of id from bytes held in memory that is under way, when
 // the build can be expected to end before identity bytes would have
 // reached a mobile client (WaitBound); it reports whether one ended
 // (variant then has the answer). It does not wait for the disk tier's
 // builds.
-func (c *Cached) waitVariant(ctx context.Context, segmentID string, coding compress.Coding) bool {
+func (c *Cached) waitVariant(ctx context.Context, id segid.ID, coding compress.Coding) bool {
 	if c.opts.MaxBytes <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return false
 	}
-	key := variantKey(segmentID, coding)
-	identity, ok := c.blobs.peek(segmentID)
+	key := variantKey(id, coding)
+	identity, ok := c.blobs.peek(id.String())
 	if !ok || int64(len(identity)) < WaitMinSize || !c.vt.builds.running(key) {
 		return false
 	}
@@ -134,15 +135,15 @@ func (v *variantTier) stats() VariantStats {
 	return VariantStats{Made: v.made.Load(), Rejected: v.rejected.Load(), Incompressible: v.incompressible.Load()}
 }
 
-// variantKey is the bytes-cache key of the c variant of segmentID:
+// variantKey is the bytes-cache key of the c variant of id:
 // "<segmentId>+gzip". Identity keeps the bare id (protocol §6: never
 // cache compressed bytes under the segment id); a segment id never holds
 // a '+', so the keys cannot collide.
-func variantKey(segmentID string, c compress.Coding) string {
-	return segmentID + "+" + c.String()
+func variantKey(id segid.ID, c compress.Coding) string {
+	return id.String() + "+" + c.String()
 }
 
-// variant returns the coding variant of segmentID when it is held now
+// variant returns the coding variant of id when it is held now
 // (variantReady) or being encoded from a fill in progress
 // (variantFollowing, size -1), and otherwise starts building it in the
 // background when it can: it never waits for a build. In the memory tier
@@ -151,14 +152,14 @@ func variantKey(segmentID string, c compress.Coding) string {
 // verified to decode to the segment, and kept in the bytes cache; a
 // large segment's is the disk tier's (tier_variants.go). Identity and
 // invalid codings are variantUnavailable.
-func (c *Cached) variant(segmentID string, coding compress.Coding) (*Body, int64, disk.VariantState) {
+func (c *Cached) variant(id segid.ID, coding compress.Coding) (*Body, int64, disk.VariantState) {
 	if coding != compress.Gzip && coding != compress.Zstd {
 		return nil, 0, variantUnavailable
 	}
 	if c.opts.MaxBytes <= 0 {
-		return c.diskVariant(segmentID, coding) // tier_variants.go
+		return c.diskVariant(id, coding) // tier_variants.go
 	}
-	key := variantKey(segmentID, coding)
+	key := variantKey(id, coding)
 	if b, ok := c.blobs.get(key); ok {
 		c.byteHits.Add(1)
 		return memoryBody(b, TierMemory), int64(len(b)), variantReady
@@ -169,9 +170,9 @@ func (c *Cached) variant(segmentID string, coding compress.Coding) (*Body, int64
 	if c.vt.builds.running(key) {
 		return nil, 0, variantBuilding
 	}
-	identity, ok := c.blobs.peek(segmentID)
+	identity, ok := c.blobs.peek(id.String())
 	if !ok {
-		return c.diskVariant(segmentID, coding) // a large segment: tier_variants.go
+		return c.diskVariant(id, coding) // a large segment: tier_variants.go
 	}
 	if !compress.Builds.TryAcquire() {
 		return nil, 0, variantUnavailable // every build slot busy: a later request retries
@@ -182,7 +183,7 @@ func (c *Cached) variant(segmentID string, coding compress.Coding) (*Body, int64
 	timeout := c.opts.Timeout + time.Duration(len(identity)>>20)*time.Second
 	started := c.vt.builds.start(c.ctx, c.background, key, timeout, func(ctx context.Context) (struct{}, error) {
 		defer compress.Builds.Release()
-		return struct{}{}, c.buildVariant(ctx, key, segmentID, coding, identity)
+		return struct{}{}, c.buildVariant(ctx, key, id, coding, identity)
 	})
 	if !started {
 		compress.Builds.Release()
@@ -208,7 +209,7 @@ func (c *Cached) background(fn func()) bool {
 
 // buildVariant encodes identity with coding, verifies it and keeps it
 // under key; or remembers key as not worth a variant.
-func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding compress.Coding, identity []byte) error {
+func (c *Cached) buildVariant(ctx context.Context, key string, id segid.ID, coding compress.Coding, identity []byte) error {
 	if _, ok := c.blobs.peek(key); ok {
 		return nil // built by a call that finished while this one was set up
 	}
@@ -237,7 +238,7 @@ func (c *Cached) buildVariant(ctx context.Context, key, segmentID string, coding
 	if c.vt.corrupt != nil {
 		c.vt.corrupt(coding, buf.Bytes())
 	}
-	if err := compress.Verify(coding, bytes.NewReader(buf.Bytes()), segmentID, size); err != nil {
+	if err := compress.Verify(coding, bytes.NewReader(buf.Bytes()), id, size); err != nil {
 		unreserve()
 		if errors.Is(err, compress.ErrMismatch) {
 			c.vt.rejected.Add(1)

@@ -72,7 +72,7 @@ func cachedWith(t *testing.T, opts CacheOptions, data []byte) (*Cached, string) 
 	id := inner.add(data)
 	c := NewCached(inner, opts)
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	openAll(t, c, ctx, id, 0, -1)
@@ -87,7 +87,7 @@ func awaitVariant(t *testing.T, c *Cached, id string, coding compress.Coding) ([
 	var st disk.VariantState
 	waitFor(t, "variant "+coding.String(), func() bool {
 		var rc io.ReadCloser
-		rc, _, st = c.variant(id, coding)
+		rc, _, st = c.variant(idOf(id), coding)
 		if st == variantReady {
 			got = readAll(t, rc, nil)
 		}
@@ -106,7 +106,7 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 			for i := range results {
 				wg.Go(func() {
 					for range 5_000 {
-						rc, n, st := c.variant(id, coding)
+						rc, n, st := c.variant(idOf(id), coding)
 						if st == variantReady {
 							b, err := io.ReadAll(rc)
 							if err != nil || int64(len(b)) != n {
@@ -159,7 +159,7 @@ func TestVariantIncompressibleRemembered(t *testing.T) {
 		t.Fatalf("state %d, want variantNotWorth", st)
 	}
 	for range 5 {
-		if _, _, st := c.variant(id, compress.Gzip); st != variantNotWorth {
+		if _, _, st := c.variant(idOf(id), compress.Gzip); st != variantNotWorth {
 			t.Fatalf("state %d on a repeat, want variantNotWorth", st)
 		}
 	}
@@ -188,7 +188,7 @@ func TestVariantCorruptNeverKept(t *testing.T) {
 				b[len(b)/2] ^= 0x40 // a flipped bit in the middle
 			})
 			ctx := context.Background()
-			if _, err := c.Lookup(ctx, id); err != nil {
+			if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 				t.Fatal(err)
 			}
 			openAll(t, c, ctx, id, 0, -1)
@@ -196,7 +196,7 @@ func TestVariantCorruptNeverKept(t *testing.T) {
 				t.Fatalf("state %d, want variantNotWorth (rejected)", st)
 			}
 			for range 5 {
-				if rc, _, st := c.variant(id, coding); st == variantReady || rc != nil {
+				if rc, _, st := c.variant(idOf(id), coding); st == variantReady || rc != nil {
 					t.Fatal("a corrupted variant was served")
 				}
 			}
@@ -204,7 +204,7 @@ func TestVariantCorruptNeverKept(t *testing.T) {
 			if st.Rejected != 1 || st.Made != 0 || faults != 1 {
 				t.Fatalf("stats %+v, faults %d: want one rejected build", st, faults)
 			}
-			if _, ok := c.blobs.peek(variantKey(id, coding)); ok {
+			if _, ok := c.blobs.peek(variantKey(idOf(id), coding)); ok {
 				t.Fatal("the corrupted variant is in the bytes cache")
 			}
 		})
@@ -219,17 +219,17 @@ func TestVariantNeedsIdentityInMemory(t *testing.T) {
 	opts.MaxEntry = 32 << 10 // the segment is too large for memory
 	c := NewCached(inner, opts)
 	ctx := context.Background()
-	if _, _, st := c.variant(id, compress.Gzip); st != variantUnavailable {
+	if _, _, st := c.variant(idOf(id), compress.Gzip); st != variantUnavailable {
 		t.Fatalf("before any read: state %d, want unavailable", st)
 	}
-	if _, err := c.Lookup(ctx, id); err != nil {
+	if _, err := c.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatal(err)
 	}
 	openAll(t, c, ctx, id, 0, -1) // streamed, not cached
-	if _, _, st := c.variant(id, compress.Gzip); st != variantUnavailable {
+	if _, _, st := c.variant(idOf(id), compress.Gzip); st != variantUnavailable {
 		t.Fatalf("larger than max_entry: state %d, want unavailable", st)
 	}
-	if _, _, st := c.variant(id, compress.Identity); st != variantUnavailable {
+	if _, _, st := c.variant(idOf(id), compress.Identity); st != variantUnavailable {
 		t.Fatalf("identity: state %d, want unavailable", st)
 	}
 	if got := c.Stats().Variants; got != (VariantStats{}) {
@@ -237,7 +237,7 @@ func TestVariantNeedsIdentityInMemory(t *testing.T) {
 	}
 
 	off := NewCached(inner, CacheOptions{})
-	if _, _, st := off.variant(id, compress.Zstd); st != variantUnavailable {
+	if _, _, st := off.variant(idOf(id), compress.Zstd); st != variantUnavailable {
 		t.Fatalf("cache off: state %d, want unavailable", st)
 	}
 }
@@ -253,7 +253,7 @@ func TestVariantWithinBudget(t *testing.T) {
 	other := rowsLike(40<<10, 7)
 	oid := c.inner.(*countingStore).add(other)
 	ctx := context.Background()
-	if _, err := c.Lookup(ctx, oid); err != nil {
+	if _, err := c.Lookup(ctx, idOf(oid)); err != nil {
 		t.Fatal(err)
 	}
 	openAll(t, c, ctx, oid, 0, -1)
@@ -283,18 +283,18 @@ func TestWaitVariantForBuildUnderWay(t *testing.T) {
 	data := rowsLike(2<<20, 31)
 	c, id := cachedWith(t, DefaultCacheOptions(), data)
 	ctx := context.Background()
-	if c.waitVariant(ctx, id, compress.Gzip) {
+	if c.waitVariant(ctx, idOf(id), compress.Gzip) {
 		t.Fatal("waited with no build under way")
 	}
 	// Hold the build between encoding and verification until released.
 	release := make(chan struct{})
 	SetVariantFaultForTest(c, func(compress.Coding, []byte) { <-release })
-	if _, _, st := c.variant(id, compress.Gzip); st != variantBuilding {
+	if _, _, st := c.variant(idOf(id), compress.Gzip); st != variantBuilding {
 		t.Fatalf("state %d, want building", st)
 	}
 	// Held: the wait gives up at its bound (2 MiB: about 168 ms).
 	t0 := time.Now()
-	if c.waitVariant(ctx, id, compress.Gzip) {
+	if c.waitVariant(ctx, idOf(id), compress.Gzip) {
 		t.Fatal("the wait ended although the build is held")
 	}
 	if took := time.Since(t0); took < WaitBound(int64(len(data)))/2 {
@@ -303,20 +303,20 @@ func TestWaitVariantForBuildUnderWay(t *testing.T) {
 	// A caller's context ends its wait too.
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if c.waitVariant(cctx, id, compress.Gzip) {
+	if c.waitVariant(cctx, idOf(id), compress.Gzip) {
 		t.Fatal("waited past its context")
 	}
 	// Released, the build ends well within a long bound (the race
 	// detector slows the verification past the real one).
 	c.vt.waitBound = func(int64) time.Duration { return time.Minute }
 	done := make(chan bool, 1)
-	go func() { done <- c.waitVariant(ctx, id, compress.Gzip) }()
+	go func() { done <- c.waitVariant(ctx, idOf(id), compress.Gzip) }()
 	time.Sleep(10 * time.Millisecond)
 	close(release)
 	if !<-done {
 		t.Fatal("the wait did not end with the build")
 	}
-	body, _, st := c.variant(id, compress.Gzip)
+	body, _, st := c.variant(idOf(id), compress.Gzip)
 	if st != variantReady {
 		t.Fatalf("after the wait: state %d, want ready", st)
 	}
@@ -325,7 +325,7 @@ func TestWaitVariantForBuildUnderWay(t *testing.T) {
 	if !bytes.Equal(decode(t, compress.Gzip, b), data) {
 		t.Fatal("the variant does not decode to the segment")
 	}
-	if c.waitVariant(ctx, id, compress.Zstd) {
+	if c.waitVariant(ctx, idOf(id), compress.Zstd) {
 		t.Fatal("waited for a coding with no build")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/syncular/caddy-syncular/compress"
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/internal/segdata"
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -157,7 +158,7 @@ func measureWire(name string, b []byte, u string) (*wireRow, error) {
 	id := segmentID(b)
 	for _, c := range wireCodings {
 		cpu0, wall0 := cpuSelf(), time.Now()
-		v, err := compress.Variant(c, b, id)
+		v, err := compress.Variant(c, b, segid.MustParseID(id))
 		r.encWall[c], r.encCPU[c] = time.Since(wall0), cpuSelf()-cpu0
 		if err != nil {
 			return nil, fmt.Errorf("compress.Variant %v: %w", c, err)

@@ -264,7 +264,11 @@ type entry struct {
 // fill is one copy from a source into a temporary file.
 type fill struct {
 	key  string
+	want segid.Digest // the digest key names
 	size int64
+	// checked: the source checks its bytes against the id itself
+	// (GetVerified), so the fill does not hash them.
+	checked bool
 
 	mu      sync.Mutex
 	path    string // the temporary file once created; the final file once renamed
@@ -392,36 +396,6 @@ func (c *Cache) Stats() Stats {
 		VariantsGrown:          c.variantsGrown.Load(),
 		VariantFollowers:       c.variantFollowers.Load(),
 	}
-}
-
-// Get returns a handle on the bytes of segmentID, which are size bytes
-// long (the record's byteLength). A complete file is served at once (Hit).
-// Otherwise the first caller starts one fill from src and every caller
-// during it attaches to it; Get returns once the fill's first byte is on
-// disk (or the fill ended), so its handle reads as the fill progresses.
-//
-// On any error the caller serves from the store. Errors matching
-// ErrTooLarge, ErrNoRoom or ErrUnavailable are the cache declining
-// (counted); others are the fill's failure before its first byte (the
-// source's error, wrapped) or ctx's.
-func (c *Cache) Get(ctx context.Context, segmentID string, size int64, src Source) (*Handle, error) {
-	key, ok := segid.Hex(segmentID)
-	if !ok {
-		return nil, errors.New("disk cache: invalid segment id")
-	}
-	if size < 0 {
-		return nil, errors.New("disk cache: negative size")
-	}
-	for range maxAttempts {
-		h, again, err := c.get(ctx, key, size, src)
-		if !again {
-			c.countBypass(err)
-			return h, err
-		}
-	}
-	err := fmt.Errorf("%w: the entry kept changing", ErrUnavailable)
-	c.countBypass(err)
-	return nil, err
 }
 
 func (c *Cache) countBypass(err error) {

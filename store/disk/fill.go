@@ -15,8 +15,52 @@ import (
 // Fills: one per segment, streamed to a temp file while hashed, renamed
 // into place only when the bytes hash to the id.
 
+// Get returns a handle on the bytes of id, which are size bytes
+// long (the record's byteLength). A complete file is served at once (Hit).
+// Otherwise the first caller starts one fill from src and every caller
+// during it attaches to it; Get returns once the fill's first byte is on
+// disk (or the fill ended), so its handle reads as the fill progresses.
+//
+// On any error the caller serves from the store. Errors matching
+// ErrTooLarge, ErrNoRoom or ErrUnavailable are the cache declining
+// (counted); others are the fill's failure before its first byte (the
+// source's error, wrapped) or ctx's.
+func (c *Cache) Get(ctx context.Context, id segid.ID, size int64, src Source) (*Handle, error) {
+	return c.getFrom(ctx, id, size, src, false)
+}
+
+// GetVerified is Get from a source that verifies what it copies: src
+// returns nil only when the bytes it wrote are exactly the segment's and
+// hash to its id, and an error otherwise (the SQLite store's CopyBlob).
+// A fill from it then hashes nothing itself: its bytes are hashed once,
+// by the source. A fill that fails on the disk hashes what it wrote
+// once more, to hand its readers over to the store (handoff.go).
+func (c *Cache) GetVerified(ctx context.Context, id segid.ID, size int64, src Source) (*Handle, error) {
+	return c.getFrom(ctx, id, size, src, true)
+}
+
+func (c *Cache) getFrom(ctx context.Context, id segid.ID, size int64, src Source, checked bool) (*Handle, error) {
+	if id.IsZero() {
+		return nil, errors.New("disk cache: the zero segment id")
+	}
+	if size < 0 {
+		return nil, errors.New("disk cache: negative size")
+	}
+	for range maxAttempts {
+		h, again, err := c.get(ctx, id, size, src, checked)
+		if !again {
+			c.countBypass(err)
+			return h, err
+		}
+	}
+	err := fmt.Errorf("%w: the entry kept changing", ErrUnavailable)
+	c.countBypass(err)
+	return nil, err
+}
+
 // get is one attempt; again asks for another (the entry changed under it).
-func (c *Cache) get(ctx context.Context, key string, size int64, src Source) (h *Handle, again bool, err error) {
+func (c *Cache) get(ctx context.Context, id segid.ID, size int64, src Source, checked bool) (h *Handle, again bool, err error) {
+	key := id.Hex()
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
@@ -87,7 +131,7 @@ func (c *Cache) get(ctx context.Context, key string, size int64, src Source) (h 
 		c.removeFiles(victims)
 		return nil, false, err
 	}
-	f := &fill{key: key, size: size, wake: make(chan struct{})}
+	f := &fill{key: key, want: id.Digest(), size: size, checked: checked, wake: make(chan struct{})}
 	c.fills[key] = f
 	c.wg.Add(1)
 	c.mu.Unlock()
@@ -112,7 +156,7 @@ func (c *Cache) reserveLocked(size int64) (victims []string, ok bool) {
 }
 
 // sumMatches reports whether h hashed the bytes of the segment whose
-// digest is key (hex).
+// digest is key (hex): a file name found in the directory.
 func sumMatches(h *segid.Hasher, key string) bool {
 	want, err := segid.ParseHex(key)
 	return err == nil && h.Matches(want)
@@ -194,7 +238,7 @@ func (c *Cache) run(f *fill, src Source) {
 		err = fmt.Errorf("disk cache: fill source: %w", err)
 	case w.n != f.size:
 		err = fmt.Errorf("%w: the source sent %d of %d bytes", ErrSizeMismatch, w.n, f.size)
-	case !sumMatches(&w.h, f.key):
+	case !f.checked && !w.h.Matches(f.want): // a checked source verified its bytes
 		err = ErrHashMismatch
 	}
 	disk := w.diskErr != nil
@@ -234,7 +278,7 @@ func (c *Cache) run(f *fill, src Source) {
 	if err != nil {
 		var rp *resumePoint
 		if disk { // the source was fine: its readers continue from the store
-			rp = w.resumePoint()
+			rp = w.resumePoint(tmp)
 		}
 		c.fail(f, err, disk, rp)
 		return
@@ -296,7 +340,8 @@ func (c *Cache) fail(f *fill, err error, disk bool, rp *resumePoint) {
 }
 
 // fillWriter is the Source's writer: it refuses bytes past the size,
-// hashes what it writes and wakes the readers.
+// hashes what it writes (unless the source verifies them itself) and
+// wakes the readers.
 type fillWriter struct {
 	c             *Cache
 	f             *fill
@@ -324,7 +369,9 @@ func (w *fillWriter) Write(p []byte) (int, error) {
 	if err == nil {
 		n, err = w.prefillWriter.Write(p)
 	}
-	w.h.Write(p[:n])
+	if !w.f.checked {
+		w.h.Write(p[:n])
+	}
 	if n > 0 {
 		w.f.mu.Lock()
 		w.f.written = w.n

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/compress"
+	"github.com/syncular/caddy-syncular/segid"
 )
 
 // Growing variants: a variant encoded while its segment is still being
@@ -70,7 +71,7 @@ func (v *vfill) broadcast() {
 // when there is a slot and room; c.mu held. It returns the build or nil.
 // The files evicted for its room are the caller's to remove, after
 // unlocking.
-func (c *Cache) startGrowLocked(vs *variantLedger, f *fill, segmentID, vkey string, size int64, coding compress.Coding) (vf *vfill, victims []string) {
+func (c *Cache) startGrowLocked(vs *variantLedger, f *fill, id segid.ID, vkey string, size int64, coding compress.Coding) (vf *vfill, victims []string) {
 	select {
 	case vs.growSlots <- struct{}{}:
 	default:
@@ -92,12 +93,12 @@ func (c *Cache) startGrowLocked(vs *variantLedger, f *fill, segmentID, vkey stri
 	vs.building[vkey] = true
 	vs.growing[vkey] = vf
 	c.wg.Add(1)
-	go c.grow(f, vf, tf, segmentID, size, reserve)
+	go c.grow(f, vf, tf, id, size, reserve)
 	return vf, victims
 }
 
 // grow runs one growing build to its end.
-func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, reserve int64) {
+func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, id segid.ID, size, reserve int64) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.ctx, c.fillTimeout)
 	defer cancel()
@@ -111,7 +112,7 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 		go func() {
 			defer vr.Close()
 			r := &growReader{vf: vf, file: vr, ctx: ctx, whole: true}
-			verr := compress.Verify(vf.coding, r, segmentID, size)
+			verr := compress.Verify(vf.coding, r, id, size)
 			if verr != nil { // the followers stop now, and the encoder at its next write
 				vf.mu.Lock()
 				if vf.err == nil {
@@ -163,12 +164,12 @@ func (c *Cache) grow(f *fill, vf *vfill, tf *os.File, segmentID string, size, re
 	if verr := <-verified; err == nil {
 		err = verr
 	}
-	c.endGrow(vf, segmentID, size, reserve, written, err)
+	c.endGrow(vf, id, size, reserve, written, err)
 }
 
 // endGrow keeps, drops or fails a growing variant whose encoder and
 // verifier ended.
-func (c *Cache) endGrow(vf *vfill, segmentID string, size, reserve, written int64, err error) {
+func (c *Cache) endGrow(vf *vfill, id segid.ID, size, reserve, written int64, err error) {
 	keep := err == nil && compress.Worthwhile(size, written)
 	final := c.path(vf.vkey)
 	var st stamp

@@ -63,7 +63,7 @@ func TestGrowingVariantFollowedDuringFill(t *testing.T) {
 			errs := make([]error, followers)
 			var wg sync.WaitGroup
 			for i := range followers {
-				vh, st := c.Variant(s.id, int64(len(s.b)), coding)
+				vh, st := c.Variant(idOf(s.id), int64(len(s.b)), coding)
 				if st != disk.VariantFollowing || vh == nil {
 					t.Fatalf("follower %d: state %d during the fill, want following", i, st)
 				}
@@ -144,7 +144,7 @@ func TestGrowingVariantFirstBytesAfterFirstFlush(t *testing.T) {
 			}
 			h := get(t, c, s, src.Source)
 			defer h.Close()
-			vh, st := c.Variant(s.id, int64(len(s.b)), coding)
+			vh, st := c.Variant(idOf(s.id), int64(len(s.b)), coding)
 			if st != disk.VariantFollowing || vh == nil {
 				t.Fatalf("state %d with the first 64 KiB landed, want following", st)
 			}
@@ -205,7 +205,7 @@ func TestGrowingVariantCorruptNeverCompletes(t *testing.T) {
 			const followers = 5
 			ends := make(chan error, followers)
 			for range followers {
-				vh, st := c.Variant(s.id, int64(len(s.b)), coding)
+				vh, st := c.Variant(idOf(s.id), int64(len(s.b)), coding)
 				if st != disk.VariantFollowing {
 					t.Fatalf("state %d, want following", st)
 				}
@@ -259,7 +259,7 @@ func TestGrowingVariantFailsWithItsFill(t *testing.T) {
 	src := newStepSource(wrong, 4)
 	h := get(t, c, s, src.Source)
 	defer h.Close()
-	vh, st := c.Variant(s.id, int64(len(s.b)), compress.Zstd)
+	vh, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Zstd)
 	if st != disk.VariantFollowing {
 		t.Fatalf("state %d, want following", st)
 	}
@@ -293,7 +293,7 @@ func TestGrowingVariantIncompressibleNeverFollowed(t *testing.T) {
 	h := get(t, c, s, src.Source)
 	defer h.Close()
 	for range 3 {
-		vh, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+		vh, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip)
 		if vh != nil || st != disk.VariantNotWorth {
 			t.Fatalf("incompressible segment: handle %v, state %d, want not worth", vh != nil, st)
 		}
@@ -316,7 +316,7 @@ func TestGrowingVariantReaderHonoursContext(t *testing.T) {
 	src := newStepSource(s.b, 4)
 	h := get(t, c, s, src.Source)
 	defer h.Close()
-	vh, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+	vh, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip)
 	if st != disk.VariantFollowing {
 		t.Fatalf("state %d, want following", st)
 	}
@@ -337,7 +337,7 @@ func TestGrowingVariantReaderHonoursContext(t *testing.T) {
 	if err := <-ended; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
-	other, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+	other, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip)
 	if st != disk.VariantFollowing {
 		t.Fatalf("another follower: state %d", st)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/syncular/caddy-syncular/segid"
 )
@@ -41,13 +42,36 @@ type resumePoint struct {
 }
 
 // resumePoint returns the writer's position and hash state (nil if the
-// hash cannot be carried over).
-func (w *fillWriter) resumePoint() *resumePoint {
-	state, err := w.h.MarshalBinary()
+// hash cannot be carried over). A fill from a source that verifies its
+// bytes itself hashed nothing: the bytes it wrote are hashed now, read
+// back from its file at path, once for all its readers.
+func (w *fillWriter) resumePoint(path string) *resumePoint {
+	h := &w.h
+	if w.f.checked {
+		h = new(segid.Hasher)
+		if err := hashPrefix(h, path, w.n); err != nil {
+			return nil
+		}
+	}
+	state, err := h.MarshalBinary()
 	if err != nil {
 		return nil
 	}
 	return &resumePoint{at: w.n, state: state}
+}
+
+// hashPrefix hashes the first n bytes of the file at path into h.
+func hashPrefix(h *segid.Hasher, path string, n int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	m, err := io.CopyBuffer(h, io.LimitReader(f, n), make([]byte, copyBufSize))
+	if err == nil && m != n {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
 }
 
 // handoff is one reader's continuation after the disk failed.
@@ -230,7 +254,7 @@ func (ho *handoff) verify(r *fillReader, size int64) error {
 			}
 		}
 	}
-	if !sumMatches(&ho.h, r.h.fill.key) {
+	if !ho.h.Matches(r.h.fill.want) {
 		return ErrHashMismatch
 	}
 	ho.verified = true

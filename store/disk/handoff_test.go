@@ -115,7 +115,7 @@ func TestDiskFullHandsReadersToStore(t *testing.T) {
 	}
 	// Then the cache steps aside (the caller streams from the store) and
 	// tries the directory again after the retry interval.
-	if _, err := c.Get(context.Background(), s.id, int64(len(s.b)), noSource(t)); !errors.Is(err, disk.ErrUnavailable) {
+	if _, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), noSource(t)); !errors.Is(err, disk.ErrUnavailable) {
 		t.Fatalf("err %v, want a bypass after ENOSPC", err)
 	}
 	full.Store(false)
@@ -292,5 +292,75 @@ func TestCommitFailureAfterAllBytesFinishesReaders(t *testing.T) {
 	}
 	if st := c.Stats(); st.FillErrors != 1 || st.Handoffs != 2 || st.Files != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A fill from a source that verifies its own bytes (GetVerified) hashes
+// nothing, so when the disk fails under it the bytes it wrote are hashed
+// once, read back from its file, and its readers go on from the store
+// verified as after any fill: the whole segment, or, when the store's
+// bytes are not the segment's, an error before the last byte.
+func TestDiskFullHandsVerifiedFillToStore(t *testing.T) {
+	s := newSegment(300_000, 92)
+	for name, mutate := range map[string]func([]byte) []byte{
+		"sound":   nil,
+		"corrupt": func(b []byte) []byte { b[250_000] ^= 1; return b },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newCache(t, disk.Options{})
+			fullAfter(c, 100_000)
+			src := newStepSource(s.b, 3)
+			st := &storeAt{b: s.b, mutate: mutate}
+			h, err := c.GetVerified(context.Background(), idOf(s.id), int64(len(s.b)), src.Source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			h.SetReopen(st.Reopen)
+			close(src.step)
+			r, err := h.Reader(context.Background(), 0, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(r)
+			if mutate == nil && (err != nil || !bytes.Equal(got, s.b)) {
+				t.Fatalf("%d bytes, %v", len(got), err)
+			}
+			if mutate != nil && (!errors.Is(err, disk.ErrHashMismatch) || len(got) >= len(s.b)) {
+				t.Fatalf("%d bytes, %v; want ErrHashMismatch before the last byte", len(got), err)
+			}
+			if c.Stats().Handoffs != 1 {
+				t.Fatalf("stats %+v", c.Stats())
+			}
+		})
+	}
+}
+
+// GetVerified's fill takes its source's word for the bytes (the source
+// hashed them; the fill hashes nothing), where Get's fill hashes them
+// itself: bytes that do not hash to the id, from a source that returned
+// nil, are committed by the one and refused by the other.
+func TestGetVerifiedHashesNothing(t *testing.T) {
+	s := newSegment(50_000, 93)
+	wrong := bytes.Clone(s.b)
+	wrong[7] ^= 1
+	c := newCache(t, disk.Options{})
+	h, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), bytesSource(wrong, nil))
+	if err == nil {
+		r, _ := h.Reader(context.Background(), 0, -1)
+		_, err = io.ReadAll(r)
+		h.Close()
+	}
+	if !errors.Is(err, disk.ErrHashMismatch) {
+		t.Fatalf("Get: %v, want ErrHashMismatch", err)
+	}
+	h, err = c.GetVerified(context.Background(), idOf(s.id), int64(len(s.b)), bytesSource(wrong, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustRead(t, h, wrong)
+	h.Close()
+	if st := c.Stats(); st.Files != 1 {
+		t.Fatalf("stats %+v, want the verified fill committed", st)
 	}
 }

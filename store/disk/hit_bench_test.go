@@ -16,7 +16,7 @@ func BenchmarkGetHit(b *testing.B) {
 	}
 	defer c.Close()
 	s := newSegment(1<<20, 99)
-	h, err := c.Get(context.Background(), s.id, int64(len(s.b)), bytesSource(s.b, nil))
+	h, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), bytesSource(s.b, nil))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func BenchmarkGetHit(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			h, err := c.Get(context.Background(), s.id, int64(len(s.b)), nil)
+			h, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), nil)
 			if err != nil || !h.Hit() {
 				b.Error("not a hit", err)
 				return

@@ -218,7 +218,7 @@ func TestForeignDirectoryAtRetryIsNotUsed(t *testing.T) {
 	before := tree(t, dir)
 	clk.Add(time.Minute)
 	s := newSegment(1000, 75)
-	_, err := c.Get(context.Background(), s.id, 1000, noSource(t))
+	_, err := c.Get(context.Background(), idOf(s.id), 1000, noSource(t))
 	if !errors.Is(err, disk.ErrUnavailable) || !errors.Is(err, disk.ErrForeignDir) {
 		t.Fatalf("err %v, want a bypass matching ErrForeignDir", err)
 	}

@@ -2,7 +2,6 @@ package disk_test
 
 import (
 	"context"
-	"github.com/syncular/caddy-syncular/store/sqlite"
 	"io"
 	"path/filepath"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"github.com/syncular/caddy-syncular/internal/seed"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/disk"
+	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
 // The wiring the handler will use: a SQLite store file (written the way
@@ -50,7 +50,7 @@ func TestFillFromSQLiteBlobs(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h, err := c.Get(context.Background(), s.id, int64(len(s.b)), src)
+			h, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), src)
 			if err != nil {
 				t.Error(err)
 				return

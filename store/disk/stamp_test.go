@@ -192,7 +192,7 @@ func TestTouchIsNotAChange(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				h, err := c.Get(context.Background(), s.id, int64(len(s.b)), noSource(t))
+				h, err := c.Get(context.Background(), idOf(s.id), int64(len(s.b)), noSource(t))
 				if err != nil {
 					t.Error(err)
 					return
@@ -250,7 +250,7 @@ func TestChangedVariantIsDiscarded(t *testing.T) {
 	c := newCache(t, disk.Options{})
 	s := compressible(300_000, 84)
 	fillNow(t, c, s)
-	c.Variant(s.id, int64(len(s.b)), compress.Gzip) // starts the build
+	c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip) // starts the build
 	if _, st := waitVariant(t, c, s, compress.Gzip); st != disk.VariantReady {
 		t.Fatalf("state %d, want ready", st)
 	}
@@ -261,7 +261,7 @@ func TestChangedVariantIsDiscarded(t *testing.T) {
 	}
 	later := fi.ModTime().Add(time.Hour)
 	os.Chtimes(p, later, later)
-	if h, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip); st == disk.VariantReady {
+	if h, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip); st == disk.VariantReady {
 		h.Close()
 		t.Fatal("a changed variant file was served")
 	}

@@ -90,7 +90,7 @@ func variantFileKey(name string) bool {
 	return len(name) > 64 && isHex(name[:64]) && variantSuffix(name[64:])
 }
 
-// Variant returns a handle on the verified coding variant of segmentID
+// Variant returns a handle on the verified coding variant of id
 // (size identity bytes, the record's byteLength) when it is on disk, and
 // otherwise starts building it in the background when it can: it never
 // waits for a build. While the segment's fill runs, the build follows the
@@ -98,14 +98,14 @@ func variantFileKey(name string) bool {
 // (VariantFollowing, grow.go). The handle reads the variant's bytes; its Size is
 // the variant's length and its Reader over a complete file suits
 // sendfile(2). Only gzip and zstd have variants.
-func (c *Cache) Variant(segmentID string, size int64, coding compress.Coding) (*Handle, VariantState) {
-	key, ok := segid.Hex(segmentID)
-	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+func (c *Cache) Variant(id segid.ID, size int64, coding compress.Coding) (*Handle, VariantState) {
+	key := id.Hex()
+	if id.IsZero() || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return nil, VariantUnavailable
 	}
 	vkey := key + "+" + coding.String()
 	for range maxAttempts {
-		h, st, again := c.variant(segmentID, key, vkey, size, coding)
+		h, st, again := c.variant(id, key, vkey, size, coding)
 		if !again {
 			return h, st
 		}
@@ -113,7 +113,7 @@ func (c *Cache) Variant(segmentID string, size int64, coding compress.Coding) (*
 	return nil, VariantUnavailable
 }
 
-func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress.Coding) (*Handle, VariantState, bool) {
+func (c *Cache) variant(id segid.ID, key, vkey string, size int64, coding compress.Coding) (*Handle, VariantState, bool) {
 	c.mu.Lock()
 	if c.closed || !c.ready {
 		c.mu.Unlock()
@@ -125,7 +125,7 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 			if e.verifying == nil {
 				e.verifying = make(chan struct{})
 				c.wg.Add(1)
-				go c.verifyVariant(e, segmentID, size, coding)
+				go c.verifyVariant(e, id, size, coding)
 			}
 			c.mu.Unlock()
 			return nil, VariantBuilding, false
@@ -156,7 +156,7 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 	e := c.entries[key]
 	if f := c.fills[key]; e == nil && f != nil && f.size == size {
 		// The segment is being filled: encode while it lands (grow.go).
-		vf, victims := c.startGrowLocked(vs, f, segmentID, vkey, size, coding)
+		vf, victims := c.startGrowLocked(vs, f, id, vkey, size, coding)
 		c.mu.Unlock()
 		c.removeFiles(victims)
 		if vf == nil {
@@ -200,17 +200,17 @@ func (c *Cache) variant(segmentID, key, vkey string, size int64, coding compress
 	c.wg.Add(1)
 	c.mu.Unlock()
 	c.removeFiles(victims)
-	go c.buildVariant(src, segmentID, vkey, size, coding)
+	go c.buildVariant(src, id, vkey, size, coding)
 	return nil, VariantBuilding, false
 }
 
 // HeldVariant returns a handle on the verified coding variant of
-// segmentID (size identity bytes) when its complete file is on disk, else
+// id (size identity bytes) when its complete file is on disk, else
 // nil. Unlike Variant it starts nothing (no build, no verification) and
 // does not follow a variant still being encoded.
-func (c *Cache) HeldVariant(segmentID string, size int64, coding compress.Coding) *Handle {
-	key, ok := segid.Hex(segmentID)
-	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+func (c *Cache) HeldVariant(id segid.ID, size int64, coding compress.Coding) *Handle {
+	key := id.Hex()
+	if id.IsZero() || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return nil
 	}
 	vkey := key + "+" + coding.String()
@@ -235,12 +235,12 @@ func (c *Cache) HeldVariant(segmentID string, size int64, coding compress.Coding
 }
 
 // VariantSize reports, without I/O and without touching the index, the
-// length of the verified coding variant of segmentID on disk; with
+// length of the verified coding variant of id on disk; with
 // growing, a variant still being encoded from a fill counts too (length
 // -1).
-func (c *Cache) VariantSize(segmentID string, size int64, coding compress.Coding, growing bool) (int64, bool) {
-	key, ok := segid.Hex(segmentID)
-	if !ok || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
+func (c *Cache) VariantSize(id segid.ID, size int64, coding compress.Coding, growing bool) (int64, bool) {
+	key := id.Hex()
+	if id.IsZero() || size <= 0 || (coding != compress.Gzip && coding != compress.Zstd) {
 		return 0, false
 	}
 	vkey := key + "+" + coding.String()
@@ -262,12 +262,12 @@ func (c *Cache) VariantSize(segmentID string, size int64, coding compress.Coding
 
 // buildVariant encodes the identity file into a temporary file, verifies
 // it and renames it into place; or remembers vkey as not worth a variant.
-func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, coding compress.Coding) {
+func (c *Cache) buildVariant(src *os.File, id segid.ID, vkey string, size int64, coding compress.Coding) {
 	defer c.wg.Done()
 	defer src.Close()
 	ctx, cancel := context.WithTimeout(c.ctx, c.fillTimeout)
 	defer cancel()
-	written, tmp, err := c.encodeVariant(ctx, src, segmentID, size, coding)
+	written, tmp, err := c.encodeVariant(ctx, src, id, size, coding)
 	notWorth := false
 	switch {
 	case errors.Is(err, compress.ErrIncompressible):
@@ -325,7 +325,7 @@ func (c *Cache) buildVariant(src *os.File, segmentID, vkey string, size int64, c
 
 // encodeVariant writes the coding variant of the identity file src to
 // a temporary file and verifies it; it returns the file's path and size.
-func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID string, size int64, coding compress.Coding) (int64, string, error) {
+func (c *Cache) encodeVariant(ctx context.Context, src *os.File, id segid.ID, size int64, coding compress.Coding) (int64, string, error) {
 	tf, err := os.CreateTemp(c.tmp, tmpPrefix+"*")
 	if err != nil {
 		return 0, "", unavailable(err)
@@ -345,7 +345,7 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 		_, err = tf.Seek(0, io.SeekStart)
 	}
 	if err == nil {
-		err = compress.Verify(coding, compress.ContextReader(ctx, tf), segmentID, size)
+		err = compress.Verify(coding, compress.ContextReader(ctx, tf), id, size)
 	}
 	if cerr := tf.Close(); err == nil && cerr != nil {
 		err = unavailable(cerr)
@@ -362,9 +362,9 @@ func (c *Cache) encodeVariant(ctx context.Context, src *os.File, segmentID strin
 
 // verifyVariant decodes and hashes a variant file found by the scan before
 // its first use; a file that fails is removed and remembered.
-func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding compress.Coding) {
+func (c *Cache) verifyVariant(e *entry, id segid.ID, size int64, coding compress.Coding) {
 	defer c.wg.Done()
-	st, err := c.checkVariantFile(c.path(e.key), segmentID, size, coding)
+	st, err := c.checkVariantFile(c.path(e.key), id, size, coding)
 	var p string
 	dropped := false
 	c.mu.Lock()
@@ -395,7 +395,7 @@ func (c *Cache) verifyVariant(e *entry, segmentID string, size int64, coding com
 
 // checkVariantFile verifies a variant file and returns its stamp as it
 // was before it was read.
-func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding compress.Coding) (stamp, error) {
+func (c *Cache) checkVariantFile(path string, id segid.ID, size int64, coding compress.Coding) (stamp, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return stamp{}, err
@@ -406,5 +406,5 @@ func (c *Cache) checkVariantFile(path, segmentID string, size int64, coding comp
 		return stamp{}, err
 	}
 	st := stampOf(fi)
-	return st, compress.Verify(coding, compress.ContextReader(c.ctx, f), segmentID, size)
+	return st, compress.Verify(coding, compress.ContextReader(c.ctx, f), id, size)
 }

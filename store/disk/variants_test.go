@@ -70,7 +70,7 @@ func readyVariant(t *testing.T, c *disk.Cache, s segment, coding compress.Coding
 func waitVariant(t *testing.T, c *disk.Cache, s segment, coding compress.Coding) (*disk.Handle, disk.VariantState) {
 	t.Helper()
 	for range 1000 {
-		h, st := c.Variant(s.id, int64(len(s.b)), coding)
+		h, st := c.Variant(idOf(s.id), int64(len(s.b)), coding)
 		if st != disk.VariantBuilding {
 			if h != nil {
 				t.Cleanup(func() { h.Close() })
@@ -87,7 +87,7 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 	dir := t.TempDir()
 	c := newCache(t, disk.Options{Dir: dir})
 	s := compressible(600_000, 1)
-	if _, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip); st != disk.VariantUnavailable {
+	if _, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip); st != disk.VariantUnavailable {
 		t.Fatalf("before the identity file exists: state %d, want unavailable", st)
 	}
 	fillNow(t, c, s)
@@ -96,7 +96,7 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			h, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+			h, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip)
 			if h != nil {
 				h.Close()
 			}
@@ -124,7 +124,7 @@ func TestVariantBuiltOnceUnderConcurrency(t *testing.T) {
 		t.Fatal("a ready variant is not a complete file")
 	}
 	for range 5 { // later calls are hits, not builds
-		h, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip)
+		h, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip)
 		if st != disk.VariantReady {
 			t.Fatalf("state %d on a later call", st)
 		}
@@ -177,7 +177,7 @@ func TestVariantNeedsRoomInTheBudget(t *testing.T) {
 	small := newCache(t, disk.Options{MaxBytes: 500_000})
 	fillNow(t, small, s)
 	for range 3 {
-		if h, st := small.Variant(s.id, int64(len(s.b)), compress.Gzip); st != disk.VariantUnavailable || h != nil {
+		if h, st := small.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip); st != disk.VariantUnavailable || h != nil {
 			t.Fatalf("no room beside the identity file: state %d, want unavailable", st)
 		}
 	}
@@ -226,7 +226,7 @@ func TestVariantIncompressibleRemembered(t *testing.T) {
 		t.Fatalf("state %d, want not worth", st)
 	}
 	for range 3 {
-		if _, st := c.Variant(s.id, int64(len(s.b)), compress.Gzip); st != disk.VariantNotWorth {
+		if _, st := c.Variant(idOf(s.id), int64(len(s.b)), compress.Gzip); st != disk.VariantNotWorth {
 			t.Fatalf("state %d on a later call, want not worth", st)
 		}
 	}
@@ -271,7 +271,7 @@ func TestVariantRestartReverifies(t *testing.T) {
 		mustRead(t, h, s.b)
 		h.Close()
 	}
-	if _, st := c2.Variant(good.id, int64(len(good.b)), compress.Gzip); st != disk.VariantBuilding {
+	if _, st := c2.Variant(idOf(good.id), int64(len(good.b)), compress.Gzip); st != disk.VariantBuilding {
 		t.Fatalf("first use after restart: state %d, want building (verifying)", st)
 	}
 	h, st := waitVariant(t, c2, good, compress.Gzip)

@@ -40,14 +40,14 @@ type Object struct {
 	Size int64
 }
 
-// Open returns the bytes of segmentID from off, n bytes long (n < 0: to the
+// Open returns the bytes of id from off, n bytes long (n < 0: to the
 // end), streamed from one GetObject, cut at the object's end as the Store
 // contract says. n == 0 returns an empty body without a request; the
 // store's 416 for an offset at or past the end (the only 416 a range built
 // here can get) is an empty body too.
-func (s *Store) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
-	if !segid.Valid(segmentID) {
-		return nil, store.ErrNotFound
+func (s *Store) Open(ctx context.Context, id segid.ID, off, n int64) (io.ReadCloser, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("store: s3 open: %w", store.ErrNotFound)
 	}
 	if off < 0 {
 		return nil, errors.New("store: s3 open: negative offset")
@@ -62,7 +62,7 @@ func (s *Store) Open(ctx context.Context, segmentID string, off, n int64) (io.Re
 	case off > 0:
 		rng = "bytes=" + strconv.FormatInt(off, 10) + "-"
 	}
-	obj, err := s.OpenRange(ctx, segmentID, rng)
+	obj, err := s.OpenRange(ctx, id, rng)
 	if errors.Is(err, store.ErrRangeNotSatisfiable) {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
@@ -72,16 +72,16 @@ func (s *Store) Open(ctx context.Context, segmentID string, off, n int64) (io.Re
 	return obj.Body, nil
 }
 
-// OpenRange GETs the object of segmentID, passing rangeHeader (a client's
+// OpenRange GETs the object of id, passing rangeHeader (a client's
 // Range header, "" for none) through verbatim. The store's timeout bounds
 // the wait for the response headers; the body then streams under ctx. A 416
 // is a *RangeNotSatisfiableError (errors.Is ErrRangeNotSatisfiable); a
 // missing object is ErrNotFound; everything else failing is a fault.
-func (s *Store) OpenRange(ctx context.Context, segmentID, rangeHeader string) (*Object, error) {
-	if !segid.Valid(segmentID) {
-		return nil, store.ErrNotFound
+func (s *Store) OpenRange(ctx context.Context, id segid.ID, rangeHeader string) (*Object, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("store: s3 open: %w", store.ErrNotFound)
 	}
-	key := s.ObjectKey(segmentID)
+	key := s.ObjectKey(id)
 	in := &awss3.GetObjectInput{Bucket: &s.bucket, Key: &key}
 	if rangeHeader != "" {
 		in.Range = aws.String(rangeHeader)

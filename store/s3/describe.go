@@ -58,10 +58,11 @@ func (s *Store) Describe(ctx context.Context, segmentID string) (*Description, e
 	if segmentID == "" {
 		return d, nil
 	}
-	if !segid.Valid(segmentID) {
+	id, err := segid.ParseID(segmentID)
+	if err != nil {
 		return nil, errors.New("store: s3 describe: not a segment id")
 	}
-	d.SegmentID, d.ObjectKey, d.RecordKey = segmentID, s.ObjectKey(segmentID), s.RecordKey(segmentID)
+	d.SegmentID, d.ObjectKey, d.RecordKey = segmentID, s.ObjectKey(id), s.RecordKey(id)
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	head := func(key string) (*awss3.HeadObjectOutput, error) {

@@ -62,3 +62,6 @@ func TestUnreadableS3(t *testing.T) {
 		}
 	}
 }
+
+// store.Cached finds a backend's stats by assertion.
+var _ store.Reporter = (*Store)(nil)

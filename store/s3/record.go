@@ -30,6 +30,11 @@ func DecodeRecord(headerValue, segmentID string) (*store.Record, error) {
 	if !segid.Valid(segmentID) {
 		return nil, fmt.Errorf("store: s3 record: %w: invalid segment id", store.ErrCorruptRecord)
 	}
+	return decodeRecordHeader(headerValue, segmentID)
+}
+
+// decodeRecordHeader is DecodeRecord of a valid id.
+func decodeRecordHeader(headerValue, segmentID string) (*store.Record, error) {
 	if strings.TrimSpace(headerValue) == "" {
 		return nil, fmt.Errorf("store: s3 record of %s: %w: missing x-amz-meta-%s", segmentID, store.ErrCorruptRecord, RecordMetaKey)
 	}

@@ -183,16 +183,16 @@ func (s *Store) Bucket() string { return s.bucket }
 // Prefix is the configured key prefix.
 func (s *Store) Prefix() string { return s.prefix }
 
-// ObjectKey is the object key of segmentID: {prefix}seg/sha256/{hex}.
-func (s *Store) ObjectKey(segmentID string) string { return ObjectKey(s.prefix, segmentID) }
+// ObjectKey is the object key of id: {prefix}seg/sha256/{hex}.
+func (s *Store) ObjectKey(id segid.ID) string { return s.prefix + "seg/sha256/" + id.Hex() }
 
 // ObjectKey is the object key of segmentID under prefix:
 // {prefix}seg/sha256/{hex} (the id's first ":" replaced by "/").
 func ObjectKey(prefix, segmentID string) string { return segid.ObjectKey(prefix, segmentID) }
 
-// RecordKey is the record object key of segmentID:
+// RecordKey is the record object key of id:
 // {prefix}rec/sha256/{hex}.json.
-func (s *Store) RecordKey(segmentID string) string { return RecordKey(s.prefix, segmentID) }
+func (s *Store) RecordKey(id segid.ID) string { return s.prefix + "rec/sha256/" + id.Hex() + ".json" }
 
 // RecordKey is the record object key of segmentID under prefix:
 // {prefix}rec/sha256/{hex}.json (the id's first ":" replaced by "/").
@@ -202,7 +202,7 @@ func RecordKey(prefix, segmentID string) string { return segid.RecordKey(prefix,
 // (about 2,500 publications). A larger one is a corrupt record.
 const maxRecordObject = 1 << 20
 
-// Lookup reads the record of segmentID (protocol §5.2) with two
+// Lookup reads the record of id (protocol §5.2) with two
 // requests run concurrently: a GET of the record object
 // ({prefix}rec/sha256/{hex}.json) and a HEAD of the bytes object
 // ({prefix}seg/sha256/{hex}). Every layout needs both: the record object,
@@ -213,15 +213,16 @@ const maxRecordObject = 1 << 20
 // no record object (the two are never merged). Running them together makes
 // a cold lookup cost one round trip rather than two.
 //
-// An invalid id is ErrNotFound without a request; a missing bytes object is
+// A missing bytes object is
 // ErrNotFound; bytes with neither a record object nor a header are
 // ErrNotFound (a record that is gone). A record object or header that
 // cannot be parsed, or an object whose length is not the record's
 // byteLength, is a fault wrapping ErrCorruptRecord.
-func (s *Store) Lookup(ctx context.Context, segmentID string) (*store.Record, error) {
-	if !segid.Valid(segmentID) {
-		return nil, store.ErrNotFound
+func (s *Store) Lookup(ctx context.Context, id segid.ID) (*store.Record, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("store: s3 lookup: %w", store.ErrNotFound)
 	}
+	segmentID := id.String()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	type recResult struct {
@@ -230,10 +231,10 @@ func (s *Store) Lookup(ctx context.Context, segmentID string) (*store.Record, er
 	}
 	recCh := make(chan recResult, 1)
 	go func() {
-		body, err := s.getRecordObject(ctx, segmentID)
+		body, err := s.getRecordObject(ctx, id)
 		recCh <- recResult{body, err}
 	}()
-	key := s.ObjectKey(segmentID)
+	key := s.ObjectKey(id)
 	head, err := s.client.HeadObject(ctx, &awss3.HeadObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
 		cancel()
@@ -246,14 +247,14 @@ func (s *Store) Lookup(ctx context.Context, segmentID string) (*store.Record, er
 	var rec *store.Record
 	switch {
 	case ro.err == nil:
-		rec, err = DecodeRecordObject(ro.body, segmentID)
+		rec, err = decodeRecordJSON(ro.body, segmentID, "record object")
 	case !errors.Is(ro.err, store.ErrNotFound):
 		return nil, ro.err
 	case strings.TrimSpace(header) == "":
 		// Bytes without a record: an entry whose record is gone.
 		return nil, store.ErrNotFound
 	default:
-		rec, err = DecodeRecord(header, segmentID)
+		rec, err = decodeRecordHeader(header, segmentID)
 	}
 	if err != nil {
 		return nil, err
@@ -265,10 +266,10 @@ func (s *Store) Lookup(ctx context.Context, segmentID string) (*store.Record, er
 	return rec, nil
 }
 
-// getRecordObject reads the record object of segmentID whole (at most
+// getRecordObject reads the record object of id whole (at most
 // maxRecordObject bytes). A missing object is ErrNotFound.
-func (s *Store) getRecordObject(ctx context.Context, segmentID string) ([]byte, error) {
-	key := s.RecordKey(segmentID)
+func (s *Store) getRecordObject(ctx context.Context, id segid.ID) ([]byte, error) {
+	key := s.RecordKey(id)
 	out, err := s.client.GetObject(ctx, &awss3.GetObjectInput{Bucket: &s.bucket, Key: &key})
 	if err != nil {
 		return nil, s.errs.count(s3MapError("GetObject", key, err))
@@ -280,7 +281,7 @@ func (s *Store) getRecordObject(ctx context.Context, segmentID string) ([]byte, 
 		return nil, s.errs.count(e)
 	}
 	if len(body) > maxRecordObject {
-		return nil, fmt.Errorf("store: s3 record of %s: %w: record object larger than %d bytes", segmentID, store.ErrCorruptRecord, maxRecordObject)
+		return nil, fmt.Errorf("store: s3 record of %s: %w: record object larger than %d bytes", id, store.ErrCorruptRecord, maxRecordObject)
 	}
 	return body, nil
 }
@@ -297,7 +298,7 @@ func (s *Store) getRecordObject(ctx context.Context, segmentID string) ([]byte, 
 // object (every lifecycle-deleted segment would then be a store fault).
 // Meant for startup, bounded by the store's timeout.
 func (s *Store) Check(ctx context.Context) error {
-	never := "sha256:" + strings.Repeat("0", 64)
+	never := segid.Digest{}.ID()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	for _, key := range []string{s.ObjectKey(never), s.RecordKey(never)} {

@@ -46,7 +46,7 @@ func TestSQLiteDescribeVectors(t *testing.T) {
 				t.Errorf("journal mode %q, schema_version %d", d.JournalMode, d.SchemaVersion)
 			}
 			// Describe leaves the store usable (its own connection).
-			if _, err := st.Lookup(context.Background(), "sha256:"+zeros64); !errors.Is(err, store.ErrNotFound) {
+			if _, err := st.Lookup(context.Background(), idOf("sha256:"+zeros64)); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("Lookup after Describe = %v", err)
 			}
 		})

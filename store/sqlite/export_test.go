@@ -1,8 +1,13 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
+	"io"
 	"time"
+
+	"github.com/syncular/caddy-syncular/segid"
+	"github.com/syncular/caddy-syncular/store"
 )
 
 // DBForTest exposes the pool of s, so a test can try to write
@@ -35,3 +40,14 @@ func PathForTest(s *Store) string { return s.path }
 // ReadTransactions is how many read transactions answered lookups: with
 // a lock (Batches) or without (LockFree).
 func (st RecordReadStats) ReadTransactions() int64 { return st.Batches + st.LockFree }
+
+// The optional interfaces store.Cached finds by assertion: a signature
+// that drifts from them would silently turn the fast paths off.
+var (
+	_ interface {
+		CopyBlob(context.Context, segid.ID, io.Writer) (int64, error)
+		FillInto(context.Context, segid.ID, []byte) error
+	} = (*Store)(nil)
+	_ store.RecordGroupReader = (*Store)(nil)
+	_ store.Reporter          = (*Store)(nil)
+)

@@ -120,17 +120,17 @@ func TestSQLiteFaults(t *testing.T) {
 	t.Run("table dropped after open", func(t *testing.T) {
 		w, path, id := seeded(t)
 		s := openStore(t, path)
-		if _, err := s.Lookup(ctx, id); err != nil {
+		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Exec(`DROP TABLE sync_segments`); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Lookup(ctx, id)
+		_, err := s.Lookup(ctx, idOf(id))
 		checkFault(t, "Lookup", err)
-		_, err = s.Lookup(ctx, "sha256:0000000000000000000000000000000000000000000000000000000000000000")
+		_, err = s.Lookup(ctx, idOf("sha256:0000000000000000000000000000000000000000000000000000000000000000"))
 		checkFault(t, "Lookup of an unknown id", err)
-		_, err = s.Open(ctx, id, 0, -1)
+		_, err = s.Open(ctx, idOf(id), 0, -1)
 		checkFault(t, "Open", err)
 	})
 
@@ -138,7 +138,7 @@ func TestSQLiteFaults(t *testing.T) {
 		// Not a fault: the shape moved back to gen 2, re-detected.
 		w, path, id := seeded(t)
 		s := openStore(t, path)
-		if _, err := s.Lookup(ctx, id); err != nil {
+		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.Exec(`DROP TABLE sync_segment_publications`); err != nil {
@@ -147,7 +147,7 @@ func TestSQLiteFaults(t *testing.T) {
 		if err := w.Exec(`DROP TABLE sync_partition_registry`); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := s.Lookup(ctx, id)
+		rec, err := s.Lookup(ctx, idOf(id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,16 +159,16 @@ func TestSQLiteFaults(t *testing.T) {
 	t.Run("file deleted after open", func(t *testing.T) {
 		w, path, id := seeded(t)
 		s := openStore(t, path)
-		if _, err := s.Lookup(ctx, id); err != nil {
+		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 		w.Close()
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			os.Remove(path + suffix)
 		}
-		_, err := s.Lookup(ctx, id)
+		_, err := s.Lookup(ctx, idOf(id))
 		checkFault(t, "Lookup", err)
-		_, err = s.Open(ctx, id, 0, -1)
+		_, err = s.Open(ctx, idOf(id), 0, -1)
 		checkFault(t, "Open", err)
 	})
 
@@ -180,16 +180,16 @@ func TestSQLiteFaults(t *testing.T) {
 		s := openStore(t, path)
 		const legacyID = "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"
 		const gen3ID = "sha256:33016ca4ff1ec281affb6d0d501780886b41ce55f64eff8c213b352a67283d50"
-		if _, err := s.Lookup(ctx, legacyID); err != nil {
+		if _, err := s.Lookup(ctx, idOf(legacyID)); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Rename(copyVector(t, "segments-gen3.sqlite"), path); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Lookup(ctx, legacyID); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Lookup(ctx, idOf(legacyID)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("old file's segment after replacement: %v", err)
 		}
-		rec, err := s.Lookup(ctx, gen3ID)
+		rec, err := s.Lookup(ctx, idOf(gen3ID))
 		if err != nil || !rec.Fenced || len(rec.Publications) != 2 {
 			t.Errorf("new file's segment: %s %v", js(rec), err)
 		}
@@ -202,15 +202,15 @@ func TestSQLiteFaults(t *testing.T) {
 		path := copyVector(t, "segments-legacy.sqlite") // rollback journal
 		s := openStore(t, path)
 		const id = "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"
-		if _, err := s.Lookup(ctx, id); err != nil {
+		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.Truncate(path, 0); err != nil {
 			t.Fatal(err)
 		}
-		_, err := s.Lookup(ctx, id)
+		_, err := s.Lookup(ctx, idOf(id))
 		checkFault(t, "Lookup", err)
-		_, err = s.Open(ctx, id, 0, -1)
+		_, err = s.Open(ctx, idOf(id), 0, -1)
 		checkFault(t, "Open", err)
 	})
 
@@ -229,9 +229,9 @@ func TestSQLiteFaults(t *testing.T) {
 		}
 		f.Close()
 		s := openStore(t, path)
-		_, err = s.Lookup(ctx, "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")
+		_, err = s.Lookup(ctx, idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"))
 		checkFault(t, "Lookup", err)
-		_, err = s.Lookup(ctx, "sha256:0000000000000000000000000000000000000000000000000000000000000000")
+		_, err = s.Lookup(ctx, idOf("sha256:0000000000000000000000000000000000000000000000000000000000000000"))
 		checkFault(t, "Lookup of an unknown id", err)
 	})
 
@@ -241,7 +241,7 @@ func TestSQLiteFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := openStore(t, path)
-		_, err := s.Lookup(ctx, id)
+		_, err := s.Lookup(ctx, idOf(id))
 		checkFault(t, "Lookup", err)
 	})
 
@@ -266,7 +266,7 @@ func TestSQLiteFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		_, err = s.Lookup(ctx, "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")
+		_, err = s.Lookup(ctx, idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"))
 		checkFault(t, "Lookup", err)
 		if took := time.Since(start); took < 90*time.Millisecond || took > 3*time.Second {
 			t.Errorf("gave up after %v, want about the 100ms busy timeout", took)
@@ -274,7 +274,7 @@ func TestSQLiteFaults(t *testing.T) {
 		if _, err := conn.ExecContext(ctx, `ROLLBACK`); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Lookup(ctx, "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"); err != nil {
+		if _, err := s.Lookup(ctx, idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")); err != nil {
 			t.Errorf("after the lock is released: %v", err)
 		}
 	})
@@ -284,12 +284,12 @@ func TestSQLiteFaults(t *testing.T) {
 		s := openStore(t, path)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		_, err := s.Lookup(cctx, id)
+		_, err := s.Lookup(cctx, idOf(id))
 		checkFault(t, "Lookup", err)
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Lookup: %v, want context.Canceled", err)
 		}
-		_, err = s.Open(cctx, id, 0, -1)
+		_, err = s.Open(cctx, idOf(id), 0, -1)
 		checkFault(t, "Open", err)
 	})
 
@@ -305,16 +305,16 @@ func TestSQLiteFaults(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
-		_, err = s.Lookup(ctx, id)
+		_, err = s.Lookup(ctx, idOf(id))
 		checkFault(t, "Lookup", err)
-		_, err = s.Open(ctx, id, 0, -1)
+		_, err = s.Open(ctx, idOf(id), 0, -1)
 		checkFault(t, "Open", err)
 	})
 
 	t.Run("negative offset", func(t *testing.T) {
 		_, path, id := seeded(t)
 		s := openStore(t, path)
-		_, err := s.Open(ctx, id, -1, 1)
+		_, err := s.Open(ctx, idOf(id), -1, 1)
 		checkFault(t, "Open", err)
 	})
 }
@@ -335,14 +335,14 @@ func TestSQLiteMediaTypeMapping(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openStore(t, path)
-	rec, err := s.Lookup(context.Background(), id)
+	rec, err := s.Lookup(context.Background(), idOf(id))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rec.MediaType != store.MediaRows || rec.Publications[0].MediaType != store.MediaRows {
 		t.Errorf("media types %q %q, want rows", rec.MediaType, rec.Publications[0].MediaType)
 	}
-	rec, err = s.Lookup(context.Background(), sq)
+	rec, err = s.Lookup(context.Background(), idOf(sq))
 	if err != nil {
 		t.Fatal(err)
 	}

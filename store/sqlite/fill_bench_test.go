@@ -24,7 +24,7 @@ func BenchmarkSQLiteCopyBlobWAL(b *testing.B) {
 			b.SetBytes(int64(len(seg)))
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := s.CopyBlob(context.Background(), ids[0], io.Discard); err != nil {
+				if _, err := s.CopyBlob(context.Background(), idOf(ids[0]), io.Discard); err != nil {
 					b.Fatal(err)
 				}
 			}

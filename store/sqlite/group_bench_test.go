@@ -26,7 +26,7 @@ func BenchmarkSQLiteLookupGroup(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StartTimer()
-				_, grp, err := s.LookupGroup(context.Background(), ids[0], ids[1:1+k])
+				_, grp, err := s.LookupGroup(context.Background(), idOf(ids[0]), ids[1:1+k])
 				if err != nil || len(grp) != k {
 					b.Fatalf("%v, %d of %d", err, len(grp), k)
 				}

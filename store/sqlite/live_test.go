@@ -211,7 +211,7 @@ func TestSQLiteConcurrentWriter(t *testing.T) {
 				default:
 				}
 				id, body, _ := m.pick(rng)
-				rec, err := s.Lookup(ctx, id)
+				rec, err := s.Lookup(ctx, idOf(id))
 				reads.Add(1)
 				switch {
 				case errors.Is(err, store.ErrNotFound):
@@ -282,7 +282,7 @@ func TestSQLiteConcurrentWriter(t *testing.T) {
 	// Afterwards, every live segment reads exactly as the model says: the
 	// store followed every migration without a restart.
 	for _, id := range m.ids {
-		rec, err := s.Lookup(context.Background(), id)
+		rec, err := s.Lookup(context.Background(), idOf(id))
 		if m.deleted[id] {
 			if !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("deleted %s: %v", id, err)
@@ -367,7 +367,7 @@ func TestSQLiteReadOnly(t *testing.T) {
 	if _, err := raw.Exec(insert); err == nil {
 		t.Error("INSERT through the store's DSN succeeded")
 	}
-	if _, err := s.Lookup(ctx, "sha256:x"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Lookup(ctx, idOf("sha256:x")); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("the write landed: %v", err)
 	}
 }
@@ -381,7 +381,7 @@ func TestSQLitePathEscaping(t *testing.T) {
 	}
 	path := copyFile(t, filepath.Join(vectorsDir(t), "segments-legacy.sqlite"), filepath.Join(dir, "seg%41?mode=rw#x.sqlite"))
 	s := openStore(t, path)
-	if _, err := s.Lookup(context.Background(), "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"); err != nil {
+	if _, err := s.Lookup(context.Background(), idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := sqlite.DBForTest(s).Exec(`CREATE TABLE x(a)`); err == nil {
@@ -393,7 +393,7 @@ func TestSQLitePathEscaping(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := openStore(t, rel)
-	if _, err := s2.Lookup(context.Background(), "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"); err != nil {
+	if _, err := s2.Lookup(context.Background(), idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")); err != nil {
 		t.Fatal(err)
 	}
 }

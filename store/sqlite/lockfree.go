@@ -165,35 +165,9 @@ func (p *lockFreePool) close() {
 	}
 }
 
-// CopyBlob writes the bytes of segmentID to w with bounded memory on the
-// file now at the store's path: the disk tier's fill source. ErrNotFound
-// when there is no row; ErrCorruptSegment when the blob is not the row's
-// byte_length long, or (rollback-journal files) when its bytes do not
-// hash to the id. An error from w is returned as is. No read lock is held
-// across writes to w for longer than one chunk (lockedChunk), and none at
-// all on a rollback-journal file when the lock-free read verifies.
-func (s *Store) CopyBlob(ctx context.Context, segmentID string, w io.Writer) (int64, error) {
-	h, err := s.acquire(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer h.use.RUnlock()
-	if rollbackJournal(h.journal) {
-		n, err := s.copyLockFree(ctx, h, segmentID, w)
-		if !errors.Is(err, errLockFreeSkipped) {
-			return n, err
-		}
-	}
-	return s.copyLocked(ctx, h, segmentID, w)
-}
-
 // copyLockFree is CopyBlob's lock-free read. errLockFreeSkipped, with
 // nothing written to w, when the locked read should answer instead.
-func (s *Store) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID string, w io.Writer) (int64, error) {
-	want, err := segid.Parse(segmentID)
-	if err != nil {
-		return 0, errLockFreeSkipped // not a content address: nothing to verify against
-	}
+func (s *Store) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID string, want segid.Digest, w io.Writer) (int64, error) {
 	// With nolock a zero-page file with a journal beside it is taken
 	// for a leftover and the journal deleted: read only the non-empty
 	// file the handle opened.
@@ -245,12 +219,8 @@ func (s *Store) copyLockFree(ctx context.Context, h *sqliteHandle, segmentID str
 	// Bytes were handed over and the rest did not verify: decide, with
 	// a locked read of the same row, whether the store is corrupt.
 	s.lfTorn.Add(1)
-	var vw segid.Hasher
-	if _, verr := s.copyLocked(ctx, h, segmentID, &vw); verr != nil {
-		return n, verr
-	}
-	if !vw.Matches(want) {
-		return n, fmt.Errorf("store: sqlite copy: %s: %w", segmentID, store.ErrCorruptSegment)
+	if _, verr := s.copyChecked(ctx, h, segmentID, want, io.Discard); verr != nil {
+		return n, verr // ErrCorruptSegment when the locked read does not verify either
 	}
 	return n, errLockFreeTorn
 }
@@ -349,93 +319,4 @@ func (p *pendingWriter) finish() error {
 		return nil
 	}
 	return p.flush()
-}
-
-// copyLocked copies the blob of segmentID to w in read transactions of
-// lockedChunk bytes each, none open while w is written: the first finds
-// the row and checks its length, each later one finds the row again and
-// checks it still holds a blob of that length.
-func (s *Store) copyLocked(ctx context.Context, h *sqliteHandle, segmentID string, w io.Writer) (int64, error) {
-	b, err := h.blobPool.get(s.path, s.blobOpts)
-	if err != nil {
-		return 0, fmt.Errorf("store: sqlite copy: %w", err)
-	}
-	if !rollbackJournal(h.journal) {
-		// In WAL a reader never makes the writer's commit fail or wait:
-		// its snapshot only holds back checkpoints, for as long as the
-		// copy (a local file write, never a client's pace). One
-		// transaction walks the blob's overflow chain once; chunks would
-		// walk it again from the start each (far slower for a large blob:
-		// docs/performance.md, "One transaction per WAL blob copy").
-		return b.CopyBlob(ctx, segmentID, w)
-	}
-	var size int64
-	err = h.retryBusy(ctx, func() (err error) { size, err = b.blobSize(ctx, segmentID); return err })
-	if err != nil {
-		return 0, err
-	}
-	buf := make([]byte, min(lockedChunk, max(size, 1)))
-	var n int64
-	for n < size {
-		p := buf[:min(int64(len(buf)), size-n)]
-		if err := h.retryBusy(ctx, func() error { return b.readChunk(ctx, segmentID, size, n, p) }); err != nil {
-			return n, err
-		}
-		wm, werr := w.Write(p)
-		n += int64(wm)
-		if werr != nil {
-			return n, werr
-		}
-	}
-	return n, nil
-}
-
-// blobSize is the length of segmentID's blob, read in one short
-// transaction. ErrNotFound without a row; ErrCorruptSegment when the blob
-// is not byte_length long.
-func (b *Blobs) blobSize(ctx context.Context, segmentID string) (size int64, err error) {
-	err = b.readTx(ctx, "sqlite copy", func(conn *sqlite.Conn) error {
-		blob, length, err := b.openSizedBlob(ctx, conn, segmentID)
-		if err != nil {
-			return err
-		}
-		size = length
-		return blob.Close()
-	})
-	return size, err
-}
-
-// FillInto reads segmentID whole into buf, which is its record's
-// byteLength long, by CopyBlob (so without holding a lock across the
-// read where the file allows): the memory tier's fill. ErrCorruptSegment
-// when the blob is not len(buf) bytes; the caller verifies the hash.
-func (s *Store) FillInto(ctx context.Context, segmentID string, buf []byte) error {
-	fw := &fixedWriter{buf: buf}
-	n, err := s.CopyBlob(ctx, segmentID, fw)
-	if err != nil {
-		return err
-	}
-	if fw.long || n != int64(len(buf)) {
-		return fmt.Errorf("store: %s: %w (%d bytes, its record's byteLength %d)", segmentID, store.ErrCorruptSegment, n, len(buf))
-	}
-	return nil
-}
-
-// fixedWriter fills buf and refuses more.
-type fixedWriter struct {
-	buf  []byte
-	n    int
-	long bool
-}
-
-var errFixedFull = errors.New("store: the blob is longer than its record's byteLength")
-
-func (f *fixedWriter) Write(p []byte) (int, error) {
-	m := copy(f.buf[f.n:], p)
-	f.n += m
-	if m < len(p) {
-		f.long = true
-		return m, fmt.Errorf("%w: %w", store.ErrCorruptSegment, errFixedFull)
-	}
-	return m, nil
 }

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"errors"
+	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -85,7 +87,7 @@ func TestSQLiteFillHoldsNoLockAcrossWrites(t *testing.T) {
 			db := busyFreeWriter(t, w.Path())
 			commits, failed := 0, 0
 			h := sha256.New()
-			n, err := s.CopyBlob(context.Background(), ids[0], writerFunc(func(p []byte) (int, error) {
+			n, err := s.CopyBlob(context.Background(), idOf(ids[0]), writerFunc(func(p []byte) (int, error) {
 				h.Write(p)
 				commits++
 				if err := commit(db); err != nil {
@@ -103,7 +105,7 @@ func TestSQLiteFillHoldsNoLockAcrossWrites(t *testing.T) {
 				t.Fatalf("%d of %d commits during the copy failed, want 0", failed, commits)
 			}
 			buf := make([]byte, len(big))
-			if err := s.FillInto(context.Background(), ids[0], buf); err != nil || !bytes.Equal(buf, big) {
+			if err := s.FillInto(context.Background(), idOf(ids[0]), buf); err != nil || !bytes.Equal(buf, big) {
 				t.Fatalf("FillInto: %v", err)
 			}
 			st := s.LockFreeStats()
@@ -128,7 +130,7 @@ func TestSQLiteLockFreeTornReadIsTransient(t *testing.T) {
 	w, s, ids, _ := journalStore(t, "delete", a)
 	var got int64
 	changed := false
-	n, err := s.CopyBlob(context.Background(), ids[0], writerFunc(func(p []byte) (int, error) {
+	n, err := s.CopyBlob(context.Background(), idOf(ids[0]), writerFunc(func(p []byte) (int, error) {
 		got += int64(len(p))
 		if !changed {
 			changed = true
@@ -154,7 +156,7 @@ func TestSQLiteLockFreeTornReadIsTransient(t *testing.T) {
 		t.Fatalf("stats %+v, want one torn read", st)
 	}
 	buf := make([]byte, len(a))
-	if err := s.FillInto(context.Background(), ids[0], buf); err != nil || !bytes.Equal(buf, a) {
+	if err := s.FillInto(context.Background(), idOf(ids[0]), buf); err != nil || !bytes.Equal(buf, a) {
 		t.Fatalf("refill: %v", err)
 	}
 }
@@ -168,11 +170,42 @@ func TestSQLiteLockFreeCorruptBlob(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got int64
-	n, err := s.CopyBlob(context.Background(), ids[0], writerFunc(func(p []byte) (int, error) {
+	n, err := s.CopyBlob(context.Background(), idOf(ids[0]), writerFunc(func(p []byte) (int, error) {
 		got += int64(len(p))
 		return len(p), nil
 	}))
 	if !errors.Is(err, store.ErrCorruptSegment) || n >= int64(len(good)) || got != n {
 		t.Fatalf("n %d (got %d) err %v, want ErrCorruptSegment before the last byte", n, got, err)
+	}
+}
+
+// CopyBlob and FillInto verify the bytes they copy in every journal mode
+// and on every path (the lock-free read; the locked read, which a blob of
+// one chunk falls back to when the lock-free read does not verify; a WAL
+// file's one-transaction copy), so that a fill hashes its bytes once:
+// here, never in the tier that called them.
+func TestSQLiteCopyBlobVerifies(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		size int
+	}{{"wal", 64 << 10}, {"wal", 3 << 20}, {"delete", 64 << 10}, {"delete", 3 << 20}} {
+		t.Run(tc.mode+"/"+strconv.Itoa(tc.size), func(t *testing.T) {
+			good := blobBytes(tc.size, 41)
+			w, s, ids, _ := journalStore(t, tc.mode, good, blobBytes(tc.size, 42))
+			ctx := context.Background()
+			var buf bytes.Buffer
+			if n, err := s.CopyBlob(ctx, idOf(ids[1]), &buf); err != nil || n != int64(tc.size) || !bytes.Equal(buf.Bytes(), blobBytes(tc.size, 42)) {
+				t.Fatalf("a sound blob: n %d err %v", n, err)
+			}
+			if err := w.Exec(`UPDATE sync_segments SET bytes = ?1 WHERE segment_id = ?2`, blobBytes(tc.size, 43), ids[0]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.CopyBlob(ctx, idOf(ids[0]), io.Discard); !errors.Is(err, store.ErrCorruptSegment) {
+				t.Fatalf("CopyBlob of a blob that does not hash to its id: %v, want ErrCorruptSegment", err)
+			}
+			if err := s.FillInto(ctx, idOf(ids[0]), make([]byte, tc.size)); !errors.Is(err, store.ErrCorruptSegment) {
+				t.Fatalf("FillInto of a blob that does not hash to its id: %v, want ErrCorruptSegment", err)
+			}
+		})
 	}
 }

@@ -26,7 +26,7 @@ func expiry(t *testing.T, rec *store.Record, err error) int64 {
 // lookupExpiry looks id up and returns its first publication's expiry.
 func lookupExpiry(t *testing.T, s *sqlite.Store, id string) int64 {
 	t.Helper()
-	rec, err := s.Lookup(context.Background(), id)
+	rec, err := s.Lookup(context.Background(), idOf(id))
 	return expiry(t, rec, err)
 }
 
@@ -53,11 +53,11 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 	a, b := ids[0], ids[1]
 	want := blobPub().ExpiresAtMs
 
-	rec, err := s.Lookup(ctx, a)
+	rec, err := s.Lookup(ctx, idOf(a))
 	if got := expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
-	rec2, err := s.Lookup(ctx, a)
+	rec2, err := s.Lookup(ctx, idOf(a))
 	expiry(t, rec2, err)
 	st := s.RecordReadStats()
 	if st.SnapshotHits != 1 || st.ReadTransactions() != 1 {
@@ -68,7 +68,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 	}
 	// Another record at the same header joins the snapshot.
 	for range 2 {
-		if _, err := s.Lookup(ctx, b); err != nil {
+		if _, err := s.Lookup(ctx, idOf(b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 	if err := w.Exec("INSERT INTO other VALUES (1)"); err != nil {
 		t.Fatal(err)
 	}
-	rec, err = s.Lookup(ctx, a)
+	rec, err = s.Lookup(ctx, idOf(a))
 	if got := expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
@@ -100,7 +100,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			rec, err := s.Lookup(ctx, a)
+			rec, err := s.Lookup(ctx, idOf(a))
 			if got := expiry(t, rec, err); got != ms {
 				t.Fatalf("expiry %d after the writer set %d", got, ms)
 			}
@@ -121,7 +121,7 @@ func TestSQLiteRecordSnapshotNotInWAL(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 2 {
-			rec, err := s.Lookup(ctx, ids[0])
+			rec, err := s.Lookup(ctx, idOf(ids[0]))
 			if got := expiry(t, rec, err); got != ms {
 				t.Fatalf("expiry %d after the writer set %d", got, ms)
 			}
@@ -174,7 +174,7 @@ func TestSQLiteRecordSnapshotSpilledRollback(t *testing.T) {
 		}
 	}
 	for range 3 {
-		rec, err := s.Lookup(ctx, a)
+		rec, err := s.Lookup(ctx, idOf(a))
 		if err == nil && expiry(t, rec, nil) != want {
 			t.Fatalf("an uncommitted, spilled change was answered: expiry %d", expiry(t, rec, nil))
 		}
@@ -200,7 +200,7 @@ func TestSQLiteRecordUndecodableNotKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if rec, err := s.Lookup(ctx, a); err == nil {
+		if rec, err := s.Lookup(ctx, idOf(a)); err == nil {
 			t.Fatalf("lookup %d of an undecodable record: %+v, want an error", i, rec)
 		}
 	}
@@ -240,7 +240,7 @@ func TestSQLiteRecordLookupsBatch(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.Lookup(context.Background(), id)
+			_, errs[i] = s.Lookup(context.Background(), idOf(id))
 		}()
 	}
 	time.Sleep(300 * time.Millisecond) // every lookup queued behind the lock

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite"
 )
@@ -146,10 +147,10 @@ func (s *Store) Close() error {
 	return h.retire()
 }
 
-// Lookup returns the record of segmentID with its publications (§4, §5.1),
+// Lookup returns the record of id with its publications (§4, §5.1),
 // ErrNotFound, or a fault.
-func (s *Store) Lookup(ctx context.Context, segmentID string) (*store.Record, error) {
-	rec, _, err := s.LookupGroup(ctx, segmentID, nil)
+func (s *Store) Lookup(ctx context.Context, id segid.ID) (*store.Record, error) {
+	rec, _, err := s.LookupGroup(ctx, id, nil)
 	return rec, err
 }
 
@@ -168,7 +169,11 @@ func (s *Store) GroupSize() int {
 // the schema version the answer holds at, found and decoded, are in
 // group. In WAL, and for the records of a file reopened in WAL, also is
 // ignored.
-func (s *Store) LookupGroup(ctx context.Context, segmentID string, also []string) (*store.Record, map[string]*store.Record, error) {
+func (s *Store) LookupGroup(ctx context.Context, id segid.ID, also []string) (*store.Record, map[string]*store.Record, error) {
+	if id.IsZero() {
+		return nil, nil, fmt.Errorf("store: sqlite lookup: %w", store.ErrNotFound)
+	}
+	segmentID := id.String() // the rows' segment_id
 	if err := ctx.Err(); err != nil {
 		return nil, nil, fmt.Errorf("store: sqlite lookup: %w", err)
 	}
@@ -231,7 +236,11 @@ func (s *Store) LookupGroup(ctx context.Context, segmentID string, also []string
 
 // Open returns the segment's bytes from offset off, n bytes (n < 0: to the
 // end). A range past the end is empty. ErrNotFound when the row is gone.
-func (s *Store) Open(ctx context.Context, segmentID string, off, n int64) (io.ReadCloser, error) {
+func (s *Store) Open(ctx context.Context, id segid.ID, off, n int64) (io.ReadCloser, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("store: sqlite open: %w", store.ErrNotFound)
+	}
+	segmentID := id.String() // the row's segment_id
 	if off < 0 {
 		return nil, fmt.Errorf("store: sqlite open: negative offset %d", off)
 	}

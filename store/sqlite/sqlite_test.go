@@ -79,7 +79,7 @@ func openStore(t testing.TB, path string) *sqlite.Store {
 
 func readAll(t testing.TB, s store.Store, id string, off, n int64) ([]byte, error) {
 	t.Helper()
-	rc, err := s.Open(context.Background(), id, off, n)
+	rc, err := s.Open(context.Background(), idOf(id), off, n)
 	if err != nil {
 		return nil, err
 	}
@@ -116,12 +116,12 @@ type vectorGet struct {
 func checkGet(t *testing.T, s *sqlite.Store, g vectorGet) {
 	t.Helper()
 	ctx := context.Background()
-	rec, err := s.Lookup(ctx, g.SegmentID)
+	rec, err := s.Lookup(ctx, idOf(g.SegmentID))
 	if g.Result == nil {
 		if !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Lookup(%q) = %v, %v; want ErrNotFound", g.SegmentID, rec, err)
 		}
-		if _, err := s.Open(ctx, g.SegmentID, 0, -1); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Open(ctx, idOf(g.SegmentID), 0, -1); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Open(%q) = %v; want ErrNotFound", g.SegmentID, err)
 		}
 		return
@@ -316,7 +316,7 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 		if err := w.AddScope(old.SegmentID, dProj); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := s.Lookup(context.Background(), old.SegmentID)
+		rec, err := s.Lookup(context.Background(), idOf(old.SegmentID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +330,7 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 		if err := w.SetEpoch("p1", "epoch-a", 1750000000003); err != nil {
 			t.Fatal(err)
 		}
-		rec, err = s.Lookup(context.Background(), after.SegmentID)
+		rec, err = s.Lookup(context.Background(), idOf(after.SegmentID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +344,7 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 		if err := w.AddPublication(old.SegmentID, "k0", pub); err != nil {
 			t.Fatal(err)
 		}
-		rec, err = s.Lookup(context.Background(), old.SegmentID)
+		rec, err = s.Lookup(context.Background(), idOf(old.SegmentID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,7 +405,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 			t.Errorf("segment %s unknown to the test", name)
 			continue
 		}
-		rec, err := s.Lookup(context.Background(), seg.SegmentID)
+		rec, err := s.Lookup(context.Background(), idOf(seg.SegmentID))
 		if err != nil {
 			t.Errorf("%s: Lookup: %v", name, err)
 			continue
@@ -525,7 +525,7 @@ func TestSQLiteVectorGen3Grant(t *testing.T) {
 		ran++
 		var out store.Outcome
 		var until int64
-		rec, err := s.Lookup(context.Background(), id)
+		rec, err := s.Lookup(context.Background(), idOf(id))
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			out = store.NotFound
@@ -589,7 +589,7 @@ func BenchmarkSQLiteLookup(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := s.Lookup(ctx, bc.id); err != nil && !errors.Is(err, store.ErrNotFound) {
+				if _, err := s.Lookup(ctx, idOf(bc.id)); err != nil && !errors.Is(err, store.ErrNotFound) {
 					b.Fatal(err)
 				}
 			}
@@ -619,7 +619,7 @@ func BenchmarkSQLiteLookup(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := s.Lookup(ctx, id); err != nil {
+			if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -630,7 +630,7 @@ func BenchmarkSQLiteLookup(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := s.Lookup(ctx, "sha256:33016ca4ff1ec281affb6d0d501780886b41ce55f64eff8c213b352a67283d50"); err != nil {
+				if _, err := s.Lookup(ctx, idOf("sha256:33016ca4ff1ec281affb6d0d501780886b41ce55f64eff8c213b352a67283d50")); err != nil {
 					b.Error(err)
 					return
 				}
@@ -654,7 +654,7 @@ func BenchmarkSQLiteOpen(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				rc, err := s.Open(ctx, bc.id, 1000, bc.n)
+				rc, err := s.Open(ctx, idOf(bc.id), 1000, bc.n)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -26,7 +26,7 @@ func TestSQLiteOpenStreamsLargeBlob(t *testing.T) {
 			{0, -1}, {0, int64(len(data))}, {1 << 20, -1}, {1<<20 - 10, 20}, {(1 << 20) - 1, 2<<20 + 7},
 			{int64(len(data)) - 1, -1}, {int64(len(data)), -1}, {int64(len(data)) + 5, 10}, {17, 1 << 20},
 		} {
-			rc, err := s.Open(context.Background(), ids[0], r.off, r.n)
+			rc, err := s.Open(context.Background(), idOf(ids[0]), r.off, r.n)
 			if err != nil {
 				t.Fatalf("gen %d open %+v: %v", gen, r, err)
 			}
@@ -41,7 +41,7 @@ func TestSQLiteOpenStreamsLargeBlob(t *testing.T) {
 				t.Fatalf("gen %d range %+v: %d bytes (want %d), %v", gen, r, len(got), end-off, err)
 			}
 		}
-		if _, err := s.Open(context.Background(), "sha256:"+string(bytes.Repeat([]byte("0"), 64)), 0, -1); !errors.Is(err, store.ErrNotFound) {
+		if _, err := s.Open(context.Background(), idOf("sha256:"+string(bytes.Repeat([]byte("0"), 64))), 0, -1); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("gen %d unknown id: %v", gen, err)
 		}
 	}
@@ -65,7 +65,7 @@ func TestSQLiteOpenStreamRowChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			rc, err := s.Open(context.Background(), ids[0], 0, -1)
+			rc, err := s.Open(context.Background(), idOf(ids[0]), 0, -1)
 			if err != nil {
 				t.Fatal(err)
 			}
