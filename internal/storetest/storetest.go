@@ -1,4 +1,11 @@
-package store_test
+// Package storetest opens the segment store backends for tests: a seeded
+// SQLite store file in a chosen journal mode, an S3 store on a local
+// versitygw (internal/s3test), and the small segments and publications
+// those tests put in them. The backends' own tests (store/sqlite,
+// store/s3) and the tests of the cache in front of them (store) share
+// it, since a test package cannot import another's test files. It is
+// imported by tests only.
+package storetest
 
 import (
 	"context"
@@ -9,18 +16,14 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
-	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/s3"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
-// The tests of Cached in front of a real backend (open_contract_test.go,
-// grant_sqlite_test.go, sqlite_group_test.go) open it with these: copies
-// of the backends' own test helpers (store/sqlite, store/s3), since a
-// test package cannot import another's tests.
-
-func openStore(t testing.TB, path string) *sqlite.Store {
+// OpenSQLite opens the store file at path with default options, closed
+// when the test ends.
+func OpenSQLite(t testing.TB, path string) *sqlite.Store {
 	t.Helper()
 	s, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
@@ -30,9 +33,12 @@ func openStore(t testing.TB, path string) *sqlite.Store {
 	return s
 }
 
-// journalStore seeds a store file in journal mode mode ("wal" or
-// "delete") with segs and opens it with SQLite.
-func journalStore(t testing.TB, mode string, segs ...[]byte) (*seed.Writer, *sqlite.Store, []string, []string) {
+// JournalStore seeds a store file in journal mode mode ("wal" or
+// "delete") with segs, each under Pub(), and opens it with SQLite. It
+// returns the writer (still open, for writes during the test), the
+// store, the segments' ids in order, and the journal modes the store
+// reported at open.
+func JournalStore(t testing.TB, mode string, segs ...[]byte) (*seed.Writer, *sqlite.Store, []string, []string) {
 	t.Helper()
 	w, err := seed.Create(filepath.Join(t.TempDir(), "segments.sqlite"), 3)
 	if err != nil {
@@ -44,7 +50,7 @@ func journalStore(t testing.TB, mode string, segs ...[]byte) (*seed.Writer, *sql
 	}
 	var ids []string
 	for _, b := range segs {
-		id, err := w.Put(seed.SegmentInput{Bytes: b, Publication: blobPub()})
+		id, err := w.Put(seed.SegmentInput{Bytes: b, Publication: Pub()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +67,8 @@ func journalStore(t testing.TB, mode string, segs ...[]byte) (*seed.Writer, *sql
 	return w, s, ids, seen
 }
 
-func blobBytes(n int, s uint64) []byte {
+// Bytes is n pseudo-random bytes, the same for the same seed s.
+func Bytes(n int, s uint64) []byte {
 	b := make([]byte, n)
 	r := rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
 	for i := 0; i+8 <= len(b); i += 8 {
@@ -73,38 +80,32 @@ func blobBytes(n int, s uint64) []byte {
 	return b
 }
 
-func blobPub() store.Publication {
+// Pub is a live publication (partition p1, scope digest d) that expires
+// far in the future.
+func Pub() store.Publication {
 	return store.Publication{Partition: "p1", LogEpoch: "e1", Table: "t", SchemaVersion: 1,
 		ScopeDigest: "d", AsOfCommitSeq: 1, RowCount: 1, CreatedAtMs: 1, ExpiresAtMs: 1 << 50}
 }
 
-// smallBlobs is n distinct segments of 100, 101, ... bytes.
-func smallBlobs(n int) [][]byte {
+// SmallBlobs is n distinct segments of 100, 101, ... bytes.
+func SmallBlobs(n int) [][]byte {
 	segs := make([][]byte, n)
 	for i := range segs {
-		segs[i] = blobBytes(100+i, uint64(i))
+		segs[i] = Bytes(100+i, uint64(i))
 	}
 	return segs
 }
 
-// expiry is the ExpiresAtMs of rec's first publication.
-func expiry(t *testing.T, rec *store.Record, err error) int64 {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.Publications) == 0 {
-		t.Fatal("no publications")
-	}
-	return rec.Publications[0].ExpiresAtMs
-}
+// S3Bucket is the bucket the S3 tests create and open.
+const S3Bucket = "segments"
 
-const s3Bucket = "segments"
-
-func s3NewStore(t testing.TB, srv *s3test.Server, prefix string, mod func(*s3.Options)) *s3.Store {
+// S3Store opens an S3 store of S3Bucket under prefix on srv, path-style,
+// with a 3 s timeout, after mod (nil: none) edits the options; closed
+// when the test ends.
+func S3Store(t testing.TB, srv *s3test.Server, prefix string, mod func(*s3.Options)) *s3.Store {
 	t.Helper()
 	cfg := s3.Options{
-		Bucket:          s3Bucket,
+		Bucket:          S3Bucket,
 		Region:          srv.Region,
 		Endpoint:        srv.Endpoint,
 		Prefix:          prefix,
@@ -124,8 +125,10 @@ func s3NewStore(t testing.TB, srv *s3test.Server, prefix string, mod func(*s3.Op
 	return st
 }
 
-// s3RecordFor is a valid record header for body.
-func s3RecordFor(body []byte, edit func(m map[string]any)) string {
+// S3RecordMap is a valid record of body as a JSON object (partition p1,
+// scope digest d1, expiresAtMs 1750086400000), after edit (nil: none)
+// changes its fields.
+func S3RecordMap(body []byte, edit func(m map[string]any)) map[string]any {
 	m := map[string]any{
 		"partition": "p1", "logEpoch": "e1", "table": "tasks", "schemaVersion": 3, "mediaType": "rows",
 		"scopeDigest": "d1", "asOfCommitSeq": 1, "rowCount": 1, "rowCursor": nil, "nextRowCursor": nil,
@@ -135,12 +138,10 @@ func s3RecordFor(body []byte, edit func(m map[string]any)) string {
 	if edit != nil {
 		edit(m)
 	}
-	return s3test.RecordHeader(m)
+	return m
 }
 
-// idOf is the parsed ID of the segment id s; the zero ID (which every
-// layer refuses) when s is not one, so a test of a bad id keeps its case.
-func idOf(s string) segid.ID {
-	id, _ := segid.ParseID(s)
-	return id
+// S3Record is S3RecordMap as a record header.
+func S3Record(body []byte, edit func(m map[string]any)) string {
+	return s3test.RecordHeader(S3RecordMap(body, edit))
 }
