@@ -68,7 +68,7 @@ func TestSQLiteGroupRefreshOneTransaction(t *testing.T) {
 		if id == changed {
 			want = 7
 		}
-		if got := expiry(t, rec, err); got != want {
+		if got := storetest.Expiry(t, rec, err); got != want {
 			t.Fatalf("%s: expiry %d, want %d", id, got, want)
 		}
 	}

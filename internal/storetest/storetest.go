@@ -87,6 +87,19 @@ func Pub() store.Publication {
 		ScopeDigest: "d", AsOfCommitSeq: 1, RowCount: 1, CreatedAtMs: 1, ExpiresAtMs: 1 << 50}
 }
 
+// Expiry is the ExpiresAtMs of rec's first publication, failing the
+// test when the lookup that returned rec failed or found none.
+func Expiry(t testing.TB, rec *store.Record, err error) int64 {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Publications) == 0 {
+		t.Fatal("no publications")
+	}
+	return rec.Publications[0].ExpiresAtMs
+}
+
 // SmallBlobs is n distinct segments of 100, 101, ... bytes.
 func SmallBlobs(n int) [][]byte {
 	segs := make([][]byte, n)

@@ -8,27 +8,14 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/storetest"
-	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
-
-// expiry is the ExpiresAtMs of rec's first publication.
-func expiry(t *testing.T, rec *store.Record, err error) int64 {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.Publications) == 0 {
-		t.Fatal("no publications")
-	}
-	return rec.Publications[0].ExpiresAtMs
-}
 
 // lookupExpiry looks id up and returns its first publication's expiry.
 func lookupExpiry(t *testing.T, s *sqlite.Store, id string) int64 {
 	t.Helper()
 	rec, err := s.Lookup(context.Background(), idOf(id))
-	return expiry(t, rec, err)
+	return storetest.Expiry(t, rec, err)
 }
 
 // setExpiry rewrites a segment's expiry in both tables a gen-3 record
@@ -55,11 +42,11 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 	want := storetest.Pub().ExpiresAtMs
 
 	rec, err := s.Lookup(ctx, idOf(a))
-	if got := expiry(t, rec, err); got != want {
+	if got := storetest.Expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
 	rec2, err := s.Lookup(ctx, idOf(a))
-	expiry(t, rec2, err)
+	storetest.Expiry(t, rec2, err)
 	st := s.RecordReadStats()
 	if st.SnapshotHits != 1 || st.ReadTransactions() != 1 {
 		t.Fatalf("after two lookups of one record, nothing committed: %+v, want 1 hit, 1 batch", st)
@@ -85,7 +72,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err = s.Lookup(ctx, idOf(a))
-	if got := expiry(t, rec, err); got != want {
+	if got := storetest.Expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
 	if st := s.RecordReadStats(); st.SnapshotHits != 2 || st.ReadTransactions() != 3 {
@@ -102,7 +89,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 		}
 		for range 2 {
 			rec, err := s.Lookup(ctx, idOf(a))
-			if got := expiry(t, rec, err); got != ms {
+			if got := storetest.Expiry(t, rec, err); got != ms {
 				t.Fatalf("expiry %d after the writer set %d", got, ms)
 			}
 		}
@@ -123,7 +110,7 @@ func TestSQLiteRecordSnapshotNotInWAL(t *testing.T) {
 		}
 		for range 2 {
 			rec, err := s.Lookup(ctx, idOf(ids[0]))
-			if got := expiry(t, rec, err); got != ms {
+			if got := storetest.Expiry(t, rec, err); got != ms {
 				t.Fatalf("expiry %d after the writer set %d", got, ms)
 			}
 		}
@@ -176,8 +163,8 @@ func TestSQLiteRecordSnapshotSpilledRollback(t *testing.T) {
 	}
 	for range 3 {
 		rec, err := s.Lookup(ctx, idOf(a))
-		if err == nil && expiry(t, rec, nil) != want {
-			t.Fatalf("an uncommitted, spilled change was answered: expiry %d", expiry(t, rec, nil))
+		if err == nil && storetest.Expiry(t, rec, nil) != want {
+			t.Fatalf("an uncommitted, spilled change was answered: expiry %d", storetest.Expiry(t, rec, nil))
 		}
 		t.Logf("lookup during the spilled transaction: %v", err)
 	}
