@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -22,7 +23,7 @@ func BenchmarkCachedFillSQLite(b *testing.B) {
 	}{{"memory", 4 << 20}, {"disk", 16 << 20}} {
 		for _, mode := range []string{"delete", "wal"} {
 			b.Run(tier.name+"/"+mode, func(b *testing.B) {
-				_, s, ids, _ := journalStore(b, mode, blobBytes(tier.size, 1), blobBytes(tier.size, 2))
+				_, s, ids, _ := storetest.JournalStore(b, mode, storetest.Bytes(tier.size, 1), storetest.Bytes(tier.size, 2))
 				o := store.DefaultCacheOptions()
 				o.RecordTTL = time.Hour
 				if tier.name == "memory" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 )
 
@@ -35,7 +36,7 @@ func TestSQLiteCheckpoints(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			s := openStore(t, path)
+			s := storetest.OpenSQLite(t, path)
 			check := func(step string, s store.Store, want map[string]int64, p1Want, p2Want store.GrantResult) {
 				t.Helper()
 				rec, err := s.Lookup(ctx, idOf(id))
@@ -78,8 +79,8 @@ func TestSQLiteCheckpoints(t *testing.T) {
 			check("later checkpoint", s, map[string]int64{"p1": 3}, overtaken, granted2)
 			// A store opened on a file that already has the table, and one
 			// behind the record cache, read the same.
-			check("fresh store", openStore(t, path), map[string]int64{"p1": 3}, overtaken, granted2)
-			c := store.NewCached(openStore(t, path), store.CacheOptions{RecordTTL: time.Minute, MaxRecords: 8})
+			check("fresh store", storetest.OpenSQLite(t, path), map[string]int64{"p1": 3}, overtaken, granted2)
+			c := store.NewCached(storetest.OpenSQLite(t, path), store.CacheOptions{RecordTTL: time.Minute, MaxRecords: 8})
 			for _, step := range []string{"cache miss", "cache hit"} {
 				check(step, c, map[string]int64{"p1": 3}, overtaken, granted2)
 			}
@@ -115,7 +116,7 @@ func TestSQLiteCheckpointFault(t *testing.T) {
 	if err := w.Exec(`UPDATE sync_backfill_checkpoints SET schema_version = 'three'`); err != nil {
 		t.Fatal(err)
 	}
-	rec, err := openStore(t, path).Lookup(context.Background(), idOf(id))
+	rec, err := storetest.OpenSQLite(t, path).Lookup(context.Background(), idOf(id))
 	if err == nil {
 		t.Fatalf("Lookup succeeded with a text schema_version: %+v", rec)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/disk"
 )
@@ -47,16 +48,16 @@ func TestStoreOpenRangeContract(t *testing.T) {
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	sq := openStore(t, dbPath)
+	sq := storetest.OpenSQLite(t, dbPath)
 
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	for i, b := range segs {
-		if id := s3test.PutSegment(t, srv.Client(), s3Bucket, "", b, s3RecordFor(b, nil)); id != ids[i] {
+		if id := s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "", b, storetest.S3Record(b, nil)); id != ids[i] {
 			t.Fatalf("segment %d: %s in the bucket, %s in the file", i, id, ids[i])
 		}
 	}
-	s3s := s3NewStore(t, srv, "", nil)
+	s3s := storetest.S3Store(t, srv, "", nil)
 
 	for _, backend := range []struct {
 		name  string

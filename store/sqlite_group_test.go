@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
@@ -18,8 +19,8 @@ const groupTTL = 2 * time.Second
 // the clock past the records' TTL.
 func groupSetup(t *testing.T, mode string, n int) (*seed.Writer, *sqlite.Store, *store.Cached, []string) {
 	t.Helper()
-	segs := smallBlobs(n)
-	w, s, ids, _ := journalStore(t, mode, segs...)
+	segs := storetest.SmallBlobs(n)
+	w, s, ids, _ := storetest.JournalStore(t, mode, segs...)
 	clk := store.NewTestClock(time.Unix(1000, 0))
 	c := store.NewCached(s, store.CacheOptions{RecordTTL: groupTTL, MaxRecords: 100, Now: clk.Now})
 	t.Cleanup(c.Stop)
@@ -63,11 +64,11 @@ func TestSQLiteGroupRefreshOneTransaction(t *testing.T) {
 	}
 	for _, id := range ids[1:] {
 		rec, err := c.Lookup(context.Background(), idOf(id))
-		want := blobPub().ExpiresAtMs
+		want := storetest.Pub().ExpiresAtMs
 		if id == changed {
 			want = 7
 		}
-		if got := expiry(t, rec, err); got != want {
+		if got := storetest.Expiry(t, rec, err); got != want {
 			t.Fatalf("%s: expiry %d, want %d", id, got, want)
 		}
 	}

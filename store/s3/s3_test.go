@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/s3test"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
@@ -426,32 +427,7 @@ func TestS3DecodePublicationRules(t *testing.T) {
 
 // ---- against a real versitygw -----------------------------------------
 
-const s3Bucket = "segments"
-
 func s3Audience(p string) string { return "aud:" + p }
-
-func s3NewStore(t testing.TB, srv *s3test.Server, prefix string, mod func(*s3.Options)) *s3.Store {
-	t.Helper()
-	cfg := s3.Options{
-		Bucket:          s3Bucket,
-		Region:          srv.Region,
-		Endpoint:        srv.Endpoint,
-		Prefix:          prefix,
-		AccessKeyID:     srv.AccessKey,
-		SecretAccessKey: srv.SecretKey,
-		PathStyle:       true,
-		Timeout:         3 * time.Second,
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	st, err := s3.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	return st
-}
 
 func s3Prefix(v *s3Vectors, storeName string) string {
 	if p := v.Stores[storeName].KeyPrefix; p != nil {
@@ -465,18 +441,18 @@ func s3Prefix(v *s3Vectors, storeName string) string {
 func TestS3StoreLookupVectors(t *testing.T) {
 	v := s3LoadVectors(t)
 	srv := s3test.Start(t, s3test.WithRegion("auto"))
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	c := srv.Client()
 	for _, p := range v.Puts {
 		b, _ := hex.DecodeString(p.BytesHex)
-		id := s3test.PutSegment(t, c, s3Bucket, s3Prefix(v, p.Store), b, p.RecordHeaderValue)
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, s3Prefix(v, p.Store), b, p.RecordHeaderValue)
 		if got := s3test.ObjectKey(s3Prefix(v, p.Store), id); got != p.ObjectKey {
 			t.Fatalf("%s: key %s, reference %s", p.Name, got, p.ObjectKey)
 		}
 	}
 	stores := map[string]*s3.Store{}
 	for name := range v.Stores {
-		stores[name] = s3NewStore(t, srv, s3Prefix(v, name), nil)
+		stores[name] = storetest.S3Store(t, srv, s3Prefix(v, name), nil)
 	}
 	for _, g := range v.Gets {
 		t.Run(g.Store+"/"+g.SegmentID, func(t *testing.T) {
@@ -528,7 +504,7 @@ func TestS3StoreLookupVectors(t *testing.T) {
 
 func TestS3StorePublications(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	const now = int64(1750000000000)
 	body := []byte("segment published three times")
 	id := s3test.SegmentID(body)
@@ -542,8 +518,8 @@ func TestS3StorePublications(t *testing.T) {
 		s3Pub(top, "p2", "d-proj", now+120_000),
 		s3Pub(top, "p1", "d-old", now-1),
 	}
-	s3test.PutSegment(t, srv.Client(), s3Bucket, "", body, s3test.RecordHeader(top))
-	st := s3NewStore(t, srv, "", nil)
+	s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "", body, s3test.RecordHeader(top))
+	st := storetest.S3Store(t, srv, "", nil)
 	rec, err := st.Lookup(context.Background(), idOf(id))
 	if err != nil {
 		t.Fatal(err)
@@ -573,15 +549,15 @@ func TestS3StorePublications(t *testing.T) {
 
 func TestS3StoreNotFound(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	body := []byte("soon deleted by a lifecycle rule")
-	id := s3test.PutSegment(t, srv.Client(), s3Bucket, "pre/", body, s3RecordFor(body, nil))
-	st := s3NewStore(t, srv, "pre/", nil)
+	id := s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "pre/", body, storetest.S3Record(body, nil))
+	st := storetest.S3Store(t, srv, "pre/", nil)
 	ctx := context.Background()
 	if _, err := st.Lookup(ctx, idOf(id)); err != nil {
 		t.Fatalf("before delete: %v", err)
 	}
-	s3test.DeleteSegment(t, srv.Client(), s3Bucket, "pre/", id)
+	s3test.DeleteSegment(t, srv.Client(), storetest.S3Bucket, "pre/", id)
 	if rec, err := st.Lookup(ctx, idOf(id)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Lookup after delete = %+v, %v", rec, err)
 	}
@@ -596,25 +572,11 @@ func TestS3StoreNotFound(t *testing.T) {
 		t.Errorf("Lookup of a never-written id: %v", err)
 	}
 	// Other prefix: the object is not there.
-	other := s3NewStore(t, srv, "other/", nil)
-	id2 := s3test.PutSegment(t, srv.Client(), s3Bucket, "pre/", body, s3RecordFor(body, nil))
+	other := storetest.S3Store(t, srv, "other/", nil)
+	id2 := s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "pre/", body, storetest.S3Record(body, nil))
 	if _, err := other.Lookup(ctx, idOf(id2)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Lookup under another prefix: %v", err)
 	}
-}
-
-// s3RecordFor is a valid record header for body.
-func s3RecordFor(body []byte, edit func(m map[string]any)) string {
-	m := map[string]any{
-		"partition": "p1", "logEpoch": "e1", "table": "tasks", "schemaVersion": 3, "mediaType": "rows",
-		"scopeDigest": "d1", "asOfCommitSeq": 1, "rowCount": 1, "rowCursor": nil, "nextRowCursor": nil,
-		"segmentId": s3test.SegmentID(body), "byteLength": len(body),
-		"createdAtMs": 1750000000000, "expiresAtMs": 1750086400000,
-	}
-	if edit != nil {
-		edit(m)
-	}
-	return s3test.RecordHeader(m)
 }
 
 func s3AssertFault(t testing.TB, err error, secrets ...string) {
@@ -634,21 +596,21 @@ func s3AssertFault(t testing.TB, err error, secrets ...string) {
 
 func TestS3StoreFaults(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	ctx := context.Background()
 	c := srv.Client()
-	st := s3NewStore(t, srv, "", nil)
+	st := storetest.S3Store(t, srv, "", nil)
 
 	t.Run("neither record object nor header", func(t *testing.T) {
 		// §5.2: bytes whose record is gone are not found, not a fault.
-		id := s3test.PutSegment(t, c, s3Bucket, "", []byte("no header"), "")
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, "", []byte("no header"), "")
 		rec, err := st.Lookup(ctx, idOf(id))
 		if !errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorruptRecord) {
 			t.Errorf("Lookup = %+v, %v; want ErrNotFound", rec, err)
 		}
 	})
 	t.Run("corrupt record header", func(t *testing.T) {
-		id := s3test.PutSegment(t, c, s3Bucket, "", []byte("bad header"), "bm90IGpzb24")
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, "", []byte("bad header"), "bm90IGpzb24")
 		_, err := st.Lookup(ctx, idOf(id))
 		s3AssertFault(t, err)
 		if !errors.Is(err, store.ErrCorruptRecord) {
@@ -657,13 +619,13 @@ func TestS3StoreFaults(t *testing.T) {
 	})
 	t.Run("record of another segment", func(t *testing.T) {
 		body := []byte("header copied from elsewhere")
-		id := s3test.PutSegment(t, c, s3Bucket, "", body, s3RecordFor([]byte("elsewhere"), nil))
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, "", body, storetest.S3Record([]byte("elsewhere"), nil))
 		_, err := st.Lookup(ctx, idOf(id))
 		s3AssertFault(t, err)
 	})
 	t.Run("length differs from byteLength", func(t *testing.T) {
 		body := []byte("twenty-two bytes long!")
-		id := s3test.PutSegment(t, c, s3Bucket, "", body, s3RecordFor(body, func(m map[string]any) { m["byteLength"] = 21 }))
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, "", body, storetest.S3Record(body, func(m map[string]any) { m["byteLength"] = 21 }))
 		_, err := st.Lookup(ctx, idOf(id))
 		s3AssertFault(t, err)
 		if !errors.Is(err, store.ErrCorruptRecord) {
@@ -672,10 +634,10 @@ func TestS3StoreFaults(t *testing.T) {
 	})
 
 	body := []byte("guarded by credentials")
-	id := s3test.PutSegment(t, c, s3Bucket, "", body, s3RecordFor(body, nil))
+	id := s3test.PutSegment(t, c, storetest.S3Bucket, "", body, storetest.S3Record(body, nil))
 	t.Run("wrong secret", func(t *testing.T) {
 		const wrong = "wrong-secret-0123456789"
-		bad := s3NewStore(t, srv, "", func(cfg *s3.Options) { cfg.SecretAccessKey = wrong })
+		bad := storetest.S3Store(t, srv, "", func(cfg *s3.Options) { cfg.SecretAccessKey = wrong })
 		_, err := bad.Lookup(ctx, idOf(id))
 		s3AssertFault(t, err, wrong, srv.SecretKey, srv.AccessKey)
 		_, err = bad.Open(ctx, idOf(id), 0, -1)
@@ -688,12 +650,12 @@ func TestS3StoreFaults(t *testing.T) {
 	})
 	t.Run("session token with wrong key", func(t *testing.T) {
 		const tok = "session-token-must-not-leak"
-		bad := s3NewStore(t, srv, "", func(cfg *s3.Options) { cfg.SessionToken = tok })
+		bad := storetest.S3Store(t, srv, "", func(cfg *s3.Options) { cfg.SessionToken = tok })
 		_, err := bad.Lookup(ctx, idOf(id))
 		s3AssertFault(t, err, tok, srv.SecretKey, srv.AccessKey)
 	})
 	t.Run("no such bucket on GET", func(t *testing.T) {
-		nb := s3NewStore(t, srv, "", func(cfg *s3.Options) { cfg.Bucket = "no-such-bucket" })
+		nb := storetest.S3Store(t, srv, "", func(cfg *s3.Options) { cfg.Bucket = "no-such-bucket" })
 		_, err := nb.Open(ctx, idOf(id), 0, -1)
 		s3AssertFault(t, err)
 	})
@@ -719,7 +681,7 @@ func TestS3StoreFaults(t *testing.T) {
 			}
 		}()
 		const timeout = 700 * time.Millisecond
-		hang := s3NewStore(t, srv, "", func(cfg *s3.Options) {
+		hang := storetest.S3Store(t, srv, "", func(cfg *s3.Options) {
 			cfg.Endpoint = "http://" + l.Addr().String()
 			cfg.Timeout = timeout
 		})
@@ -764,9 +726,9 @@ func TestS3StoreFaults(t *testing.T) {
 
 func TestS3StoreCheck(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	ctx := context.Background()
-	if err := s3NewStore(t, srv, "syncular/", nil).Check(ctx); err != nil {
+	if err := storetest.S3Store(t, srv, "syncular/", nil).Check(ctx); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
 	bad := map[string]func(*s3.Options){
@@ -777,7 +739,7 @@ func TestS3StoreCheck(t *testing.T) {
 	}
 	for name, mod := range bad {
 		t.Run(name, func(t *testing.T) {
-			st := s3NewStore(t, srv, "", mod)
+			st := storetest.S3Store(t, srv, "", mod)
 			err := st.Check(ctx)
 			s3AssertFault(t, err, "wrong-secret-xyz", srv.SecretKey)
 			t.Logf("%v", err)
@@ -789,18 +751,18 @@ func TestS3StoreCheck(t *testing.T) {
 		})
 	}
 	srv.Stop()
-	s3AssertFault(t, s3NewStore(t, srv, "", nil).Check(ctx))
+	s3AssertFault(t, storetest.S3Store(t, srv, "", nil).Check(ctx))
 }
 
 func TestS3StoreOpen(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	body := make([]byte, 3<<20+17)
 	if _, err := rand.Read(body); err != nil {
 		t.Fatal(err)
 	}
-	id := s3test.PutSegment(t, srv.Client(), s3Bucket, "syncular/", body, s3RecordFor(body, nil))
-	st := s3NewStore(t, srv, "syncular/", func(cfg *s3.Options) { cfg.Timeout = 500 * time.Millisecond })
+	id := s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "syncular/", body, storetest.S3Record(body, nil))
+	st := storetest.S3Store(t, srv, "syncular/", func(cfg *s3.Options) { cfg.Timeout = 500 * time.Millisecond })
 	ctx := context.Background()
 
 	read := func(rc io.ReadCloser, err error) []byte {
@@ -952,14 +914,14 @@ func s3HermeticChain(t *testing.T) {
 // provides credentials and region.
 func TestS3StoreDefaultChainEnv(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	body := []byte("read with credentials from the environment")
-	id := s3test.PutSegment(t, srv.Client(), s3Bucket, "", body, s3RecordFor(body, nil))
+	id := s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "", body, storetest.S3Record(body, nil))
 	s3HermeticChain(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
 	t.Setenv("AWS_REGION", srv.Region)
-	st := s3NewStore(t, srv, "", func(cfg *s3.Options) {
+	st := storetest.S3Store(t, srv, "", func(cfg *s3.Options) {
 		cfg.AccessKeyID, cfg.SecretAccessKey, cfg.Region = "", "", ""
 	})
 	if _, err := st.Lookup(context.Background(), idOf(id)); err != nil {
@@ -969,7 +931,7 @@ func TestS3StoreDefaultChainEnv(t *testing.T) {
 	// An empty chain is a fault, reported at the first request.
 	t.Setenv("AWS_ACCESS_KEY_ID", "")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "")
-	none := s3NewStore(t, srv, "", func(cfg *s3.Options) { cfg.AccessKeyID, cfg.SecretAccessKey = "", "" })
+	none := storetest.S3Store(t, srv, "", func(cfg *s3.Options) { cfg.AccessKeyID, cfg.SecretAccessKey = "", "" })
 	start := time.Now()
 	_, err := none.Lookup(context.Background(), idOf(id))
 	s3AssertFault(t, err, srv.SecretKey)
@@ -984,9 +946,9 @@ func TestS3StoreDefaultChainEnv(t *testing.T) {
 // heals it, without rebuilding the store.
 func TestS3StoreDefaultChainRefresh(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	body := []byte("read with refreshed credentials")
-	id := s3test.PutSegment(t, srv.Client(), s3Bucket, "", body, s3RecordFor(body, nil))
+	id := s3test.PutSegment(t, srv.Client(), storetest.S3Bucket, "", body, storetest.S3Record(body, nil))
 
 	var (
 		mu           sync.Mutex
@@ -1010,7 +972,7 @@ func TestS3StoreDefaultChainRefresh(t *testing.T) {
 	defer credSrv.Close()
 	s3HermeticChain(t)
 	t.Setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", credSrv.URL+"/creds")
-	st := s3NewStore(t, srv, "", func(cfg *s3.Options) { cfg.AccessKeyID, cfg.SecretAccessKey = "", "" })
+	st := storetest.S3Store(t, srv, "", func(cfg *s3.Options) { cfg.AccessKeyID, cfg.SecretAccessKey = "", "" })
 	ctx := context.Background()
 	lookup := func() error { _, err := st.Lookup(ctx, idOf(id)); return err }
 	count := func() int { mu.Lock(); defer mu.Unlock(); return fetches }
@@ -1138,31 +1100,16 @@ func BenchmarkDecodeS3Record(b *testing.B) {
 
 // ---- record layouts (protocol §5.2) ----------------------------------
 
-// s3RecordMap is a valid record of body as a JSON object (publication p1/d1
-// until expiresAtMs), edited by edit.
-func s3RecordMap(body []byte, edit func(m map[string]any)) map[string]any {
-	m := map[string]any{
-		"partition": "p1", "logEpoch": "e1", "table": "tasks", "schemaVersion": 3, "mediaType": "rows",
-		"scopeDigest": "d1", "asOfCommitSeq": 1, "rowCount": 1, "rowCursor": nil, "nextRowCursor": nil,
-		"segmentId": s3test.SegmentID(body), "byteLength": len(body),
-		"createdAtMs": 1750000000000, "expiresAtMs": 1750086400000,
-	}
-	if edit != nil {
-		edit(m)
-	}
-	return m
-}
-
 // TestS3StoreRecordLayouts writes objects into versitygw in each layout
 // the reference writers produce and checks what Lookup makes of them,
 // with the requests each lookup cost.
 func TestS3StoreRecordLayouts(t *testing.T) {
 	const now = int64(1750000000000)
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	c := srv.Client()
 	const prefix = "syncular/"
-	st := s3NewStore(t, srv, prefix, nil)
+	st := storetest.S3Store(t, srv, prefix, nil)
 	ctx := context.Background()
 
 	// lookup runs one cold Lookup and checks it cost exactly the record
@@ -1193,8 +1140,8 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 
 	t.Run("record object only", func(t *testing.T) {
 		body := []byte("written by a current writer")
-		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
-		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, s3RecordMap(body, nil))
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, "")
+		s3test.PutRecordObject(t, c, storetest.S3Bucket, prefix, id, storetest.S3RecordMap(body, nil))
 		rec, err := lookup(t, id)
 		if err != nil {
 			t.Fatal(err)
@@ -1208,7 +1155,7 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 	})
 	t.Run("header only", func(t *testing.T) {
 		body := []byte("written by an older writer")
-		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, s3test.RecordHeader(s3RecordMap(body, nil)))
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, s3test.RecordHeader(storetest.S3RecordMap(body, nil)))
 		rec, err := lookup(t, id)
 		if err != nil {
 			t.Fatal(err)
@@ -1224,12 +1171,12 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 		body := []byte("old bytes object, republished since")
 		// The stale header grants p1/d-old only; the record object grants
 		// p2/d-new only.
-		header := s3RecordMap(body, func(m map[string]any) { m["scopeDigest"] = "d-old" })
-		object := s3RecordMap(body, func(m map[string]any) {
+		header := storetest.S3RecordMap(body, func(m map[string]any) { m["scopeDigest"] = "d-old" })
+		object := storetest.S3RecordMap(body, func(m map[string]any) {
 			m["publications"] = []any{s3Pub(m, "p2", "d-new", now+60_000)}
 		})
-		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, s3test.RecordHeader(header))
-		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, object)
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, s3test.RecordHeader(header))
+		s3test.PutRecordObject(t, c, storetest.S3Bucket, prefix, id, object)
 		rec, err := lookup(t, id)
 		if err != nil {
 			t.Fatal(err)
@@ -1245,7 +1192,7 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 		}
 		// Once the record object is gone, the header is the record again:
 		// the test above can fail.
-		s3test.DeleteRecordObject(t, c, s3Bucket, prefix, id)
+		s3test.DeleteRecordObject(t, c, storetest.S3Bucket, prefix, id)
 		rec, err = lookup(t, id)
 		if err != nil {
 			t.Fatal(err)
@@ -1256,7 +1203,7 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 	})
 	t.Run("neither", func(t *testing.T) {
 		body := []byte("bytes whose record is gone")
-		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, "")
 		if rec, err := lookup(t, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Lookup = %+v, %v; want ErrNotFound", rec, err)
 		}
@@ -1264,15 +1211,15 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 	t.Run("record object without bytes", func(t *testing.T) {
 		body := []byte("bytes deleted by a lifecycle rule")
 		id := s3test.SegmentID(body)
-		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, s3RecordMap(body, nil))
+		s3test.PutRecordObject(t, c, storetest.S3Bucket, prefix, id, storetest.S3RecordMap(body, nil))
 		if rec, err := st.Lookup(ctx, idOf(id)); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("Lookup = %+v, %v; want ErrNotFound", rec, err)
 		}
 	})
 	t.Run("empty publications list", func(t *testing.T) {
 		body := []byte("published, then every publication withdrawn")
-		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
-		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, s3RecordMap(body, func(m map[string]any) {
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, "")
+		s3test.PutRecordObject(t, c, storetest.S3Bucket, prefix, id, storetest.S3RecordMap(body, func(m map[string]any) {
 			m["expiresAtMs"] = now + 60_000
 			m["publications"] = []any{}
 		}))
@@ -1291,19 +1238,19 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 	}{
 		"not json":             {object: "not json", header: true},
 		"json array":           {object: "[1]", header: true},
-		"base64 of the record": {object: s3test.RecordHeader(s3RecordMap([]byte("x"), nil)), header: true},
-		"another segment":      {object: s3RecordMap([]byte("elsewhere"), nil)},
-		"missing field":        {object: s3RecordMap(nil, func(m map[string]any) { delete(m, "table") }), header: true},
-		"length differs":       {object: s3RecordMap(nil, func(m map[string]any) { m["byteLength"] = 3 })},
+		"base64 of the record": {object: s3test.RecordHeader(storetest.S3RecordMap([]byte("x"), nil)), header: true},
+		"another segment":      {object: storetest.S3RecordMap([]byte("elsewhere"), nil)},
+		"missing field":        {object: storetest.S3RecordMap(nil, func(m map[string]any) { delete(m, "table") }), header: true},
+		"length differs":       {object: storetest.S3RecordMap(nil, func(m map[string]any) { m["byteLength"] = 3 })},
 	}
 	for name, tc := range corrupt {
 		t.Run("corrupt record object/"+name, func(t *testing.T) {
 			body := []byte("a segment whose record object is corrupt: " + name)
 			hdr := ""
 			if tc.header {
-				hdr = s3test.RecordHeader(s3RecordMap(body, nil))
+				hdr = s3test.RecordHeader(storetest.S3RecordMap(body, nil))
 			}
-			id := s3test.PutSegment(t, c, s3Bucket, prefix, body, hdr)
+			id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, hdr)
 			obj := tc.object
 			if m, ok := obj.(map[string]any); ok {
 				// Records built for a nil body: make them name this one,
@@ -1315,7 +1262,7 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 					m["byteLength"] = len(body)
 				}
 			}
-			s3test.PutRecordObject(t, c, s3Bucket, prefix, id, obj)
+			s3test.PutRecordObject(t, c, storetest.S3Bucket, prefix, id, obj)
 			rec, err := lookup(t, id)
 			s3AssertFault(t, err)
 			if !errors.Is(err, store.ErrCorruptRecord) {
@@ -1325,10 +1272,10 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 	}
 	t.Run("oversized record object", func(t *testing.T) {
 		body := []byte("a segment with a huge record object")
-		id := s3test.PutSegment(t, c, s3Bucket, prefix, body, "")
-		m := s3RecordMap(body, nil)
+		id := s3test.PutSegment(t, c, storetest.S3Bucket, prefix, body, "")
+		m := storetest.S3RecordMap(body, nil)
 		m["pad"] = strings.Repeat("x", 1<<20)
-		s3test.PutRecordObject(t, c, s3Bucket, prefix, id, m)
+		s3test.PutRecordObject(t, c, storetest.S3Bucket, prefix, id, m)
 		_, err := st.Lookup(ctx, idOf(id))
 		if !errors.Is(err, store.ErrCorruptRecord) {
 			t.Errorf("want ErrCorruptRecord: %v", err)
@@ -1341,17 +1288,17 @@ func TestS3StoreRecordLayouts(t *testing.T) {
 // segment share one flight (two requests in all).
 func TestS3StoreCachedRequests(t *testing.T) {
 	srv := s3test.Start(t)
-	srv.CreateBucket(t, s3Bucket)
+	srv.CreateBucket(t, storetest.S3Bucket)
 	c := srv.Client()
-	st := s3NewStore(t, srv, "", nil)
+	st := storetest.S3Store(t, srv, "", nil)
 	ctx := context.Background()
 	opts := store.DefaultCacheOptions()
 	opts.RecordTTL = time.Hour
 	cached := store.NewCached(st, opts)
 
 	body := []byte("looked up through the cache")
-	id := s3test.PutSegment(t, c, s3Bucket, "", body, s3test.RecordHeader(s3RecordMap(body, func(m map[string]any) { m["scopeDigest"] = "stale" })))
-	s3test.PutRecordObject(t, c, s3Bucket, "", id, s3RecordMap(body, nil))
+	id := s3test.PutSegment(t, c, storetest.S3Bucket, "", body, s3test.RecordHeader(storetest.S3RecordMap(body, func(m map[string]any) { m["scopeDigest"] = "stale" })))
+	s3test.PutRecordObject(t, c, storetest.S3Bucket, "", id, storetest.S3RecordMap(body, nil))
 
 	n0 := srv.CountRequests(t, "", "")
 	rec, err := cached.Lookup(ctx, idOf(id))
@@ -1376,8 +1323,8 @@ func TestS3StoreCachedRequests(t *testing.T) {
 
 	// Concurrent cold lookups of another segment: one flight.
 	body2 := []byte("looked up by many at once")
-	id2 := s3test.PutSegment(t, c, s3Bucket, "", body2, "")
-	s3test.PutRecordObject(t, c, s3Bucket, "", id2, s3RecordMap(body2, nil))
+	id2 := s3test.PutSegment(t, c, storetest.S3Bucket, "", body2, "")
+	s3test.PutRecordObject(t, c, storetest.S3Bucket, "", id2, storetest.S3RecordMap(body2, nil))
 	cached2 := store.NewCached(st, opts)
 	n1 := srv.CountRequests(t, "", "")
 	var wg sync.WaitGroup

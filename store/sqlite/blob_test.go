@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -17,27 +16,11 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
-
-func blobBytes(n int, s uint64) []byte {
-	b := make([]byte, n)
-	r := rand.New(rand.NewPCG(s, s^0x9e3779b97f4a7c15))
-	for i := 0; i+8 <= len(b); i += 8 {
-		v := r.Uint64()
-		for j := range 8 {
-			b[i+j] = byte(v >> (8 * j))
-		}
-	}
-	return b
-}
-
-func blobPub() store.Publication {
-	return store.Publication{Partition: "p1", LogEpoch: "e1", Table: "t", SchemaVersion: 1,
-		ScopeDigest: "d", AsOfCommitSeq: 1, RowCount: 1, CreatedAtMs: 1, ExpiresAtMs: 1 << 50}
-}
 
 // blobStore seeds a store file of generation gen with segs and opens it
 // with both readers.
@@ -50,7 +33,7 @@ func blobStore(t *testing.T, gen int, segs ...[]byte) (*seed.Writer, *sqlite.Blo
 	t.Cleanup(func() { w.Close() })
 	var ids []string
 	for _, b := range segs {
-		id, err := w.Put(seed.SegmentInput{Bytes: b, Publication: blobPub()})
+		id, err := w.Put(seed.SegmentInput{Bytes: b, Publication: storetest.Pub()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +48,7 @@ func blobStore(t *testing.T, gen int, segs ...[]byte) (*seed.Writer, *sqlite.Blo
 }
 
 func TestSQLiteBlobsCopyEveryGeneration(t *testing.T) {
-	segs := [][]byte{blobBytes(1, 1), blobBytes(200_000, 2), {}, blobBytes(128<<10, 3)}
+	segs := [][]byte{storetest.Bytes(1, 1), storetest.Bytes(200_000, 2), {}, storetest.Bytes(128<<10, 3)}
 	for gen := 1; gen <= 3; gen++ {
 		t.Run(fmt.Sprint("gen", gen), func(t *testing.T) {
 			_, bs, ids := blobStore(t, gen, segs...)
@@ -102,7 +85,7 @@ func TestSQLiteBlobsRejectsNonStore(t *testing.T) {
 }
 
 func TestSQLiteBlobsLengthMismatchIsCorrupt(t *testing.T) {
-	w, bs, ids := blobStore(t, 2, blobBytes(1000, 4))
+	w, bs, ids := blobStore(t, 2, storetest.Bytes(1000, 4))
 	if err := w.Exec("UPDATE sync_segments SET byte_length = 999"); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +115,7 @@ func (w *hashWriter) Write(p []byte) (int, error) {
 // read of SQLite.Open allocates more than the blob.
 func TestSQLiteBlobsBoundedMemory(t *testing.T) {
 	const size = 64 << 20
-	data := blobBytes(size, 5)
+	data := storetest.Bytes(size, 5)
 	want := sha256.Sum256(data)
 	w, bs, ids := blobStore(t, 3, data)
 	data = nil
@@ -208,7 +191,7 @@ func TestSQLiteBlobsBoundedMemory(t *testing.T) {
 // being copied) while the copy runs, and the copy still yields the
 // original bytes, without holding up the writer.
 func TestSQLiteBlobsCopyWhileWriterWrites(t *testing.T) {
-	data := blobBytes(8<<20, 6)
+	data := storetest.Bytes(8<<20, 6)
 	want := sha256.Sum256(data)
 	w, bs, ids := blobStore(t, 3, data)
 
@@ -220,7 +203,7 @@ func TestSQLiteBlobsCopyWhileWriterWrites(t *testing.T) {
 		<-midCopy
 		// Other segments land and the one being copied is deleted.
 		for i := range 5 {
-			if _, err := w.Put(seed.SegmentInput{Bytes: blobBytes(100_000, uint64(100+i)), Publication: blobPub()}); err != nil {
+			if _, err := w.Put(seed.SegmentInput{Bytes: storetest.Bytes(100_000, uint64(100+i)), Publication: storetest.Pub()}); err != nil {
 				writeErr <- err
 				return
 			}
@@ -261,7 +244,7 @@ func TestSQLiteBlobsCopyWhileWriterWrites(t *testing.T) {
 
 // A cancelled copy ends its transaction: the connection comes back usable.
 func TestSQLiteBlobsCancelledCopyReleasesConnection(t *testing.T) {
-	data := blobBytes(4<<20, 7)
+	data := storetest.Bytes(4<<20, 7)
 	w, _, ids := blobStore(t, 2, data)
 	bs, err := sqlite.OpenBlobs(w.Path(), sqlite.Options{MaxOpenConns: 1})
 	if err != nil {
@@ -287,7 +270,7 @@ func TestSQLiteBlobsCancelledCopyReleasesConnection(t *testing.T) {
 
 // A writer error ends the copy and is returned as is.
 func TestSQLiteBlobsWriterError(t *testing.T) {
-	_, bs, ids := blobStore(t, 2, blobBytes(1<<20, 8))
+	_, bs, ids := blobStore(t, 2, storetest.Bytes(1<<20, 8))
 	boom := errors.New("disk full")
 	_, err := bs.CopyBlob(context.Background(), ids[0], writerFunc(func(p []byte) (int, error) { return 0, boom }))
 	if !errors.Is(err, boom) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
@@ -119,7 +120,7 @@ func TestSQLiteFaults(t *testing.T) {
 
 	t.Run("table dropped after open", func(t *testing.T) {
 		w, path, id := seeded(t)
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -137,7 +138,7 @@ func TestSQLiteFaults(t *testing.T) {
 	t.Run("gen-3 tables dropped after open", func(t *testing.T) {
 		// Not a fault: the shape moved back to gen 2, re-detected.
 		w, path, id := seeded(t)
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +159,7 @@ func TestSQLiteFaults(t *testing.T) {
 
 	t.Run("file deleted after open", func(t *testing.T) {
 		w, path, id := seeded(t)
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +178,7 @@ func TestSQLiteFaults(t *testing.T) {
 		// files: moving a file over a WAL database whose -wal is still
 		// there makes SQLite replay that WAL onto it, for every client).
 		path := copyVector(t, "segments-legacy.sqlite")
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		const legacyID = "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"
 		const gen3ID = "sha256:33016ca4ff1ec281affb6d0d501780886b41ce55f64eff8c213b352a67283d50"
 		if _, err := s.Lookup(ctx, idOf(legacyID)); err != nil {
@@ -200,7 +201,7 @@ func TestSQLiteFaults(t *testing.T) {
 
 	t.Run("file truncated after open", func(t *testing.T) {
 		path := copyVector(t, "segments-legacy.sqlite") // rollback journal
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		const id = "sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"
 		if _, err := s.Lookup(ctx, idOf(id)); err != nil {
 			t.Fatal(err)
@@ -228,7 +229,7 @@ func TestSQLiteFaults(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		_, err = s.Lookup(ctx, idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859"))
 		checkFault(t, "Lookup", err)
 		_, err = s.Lookup(ctx, idOf("sha256:0000000000000000000000000000000000000000000000000000000000000000"))
@@ -240,7 +241,7 @@ func TestSQLiteFaults(t *testing.T) {
 		if err := w.Exec(`UPDATE sync_segment_publications SET schema_version = partition`); err != nil {
 			t.Fatal(err)
 		}
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		_, err := s.Lookup(ctx, idOf(id))
 		checkFault(t, "Lookup", err)
 	})
@@ -281,7 +282,7 @@ func TestSQLiteFaults(t *testing.T) {
 
 	t.Run("canceled context", func(t *testing.T) {
 		_, path, id := seeded(t)
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
 		_, err := s.Lookup(cctx, idOf(id))
@@ -313,7 +314,7 @@ func TestSQLiteFaults(t *testing.T) {
 
 	t.Run("negative offset", func(t *testing.T) {
 		_, path, id := seeded(t)
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		_, err := s.Open(ctx, idOf(id), -1, 1)
 		checkFault(t, "Open", err)
 	})
@@ -334,7 +335,7 @@ func TestSQLiteMediaTypeMapping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := openStore(t, path)
+	s := storetest.OpenSQLite(t, path)
 	rec, err := s.Lookup(context.Background(), idOf(id))
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/syncular/caddy-syncular/internal/storetest"
 )
 
 // BenchmarkSQLiteCopyBlobWAL is the disk tier's fill of a large blob from
@@ -20,7 +22,7 @@ func BenchmarkSQLiteCopyBlobWAL(b *testing.B) {
 			for i := range seg {
 				seg[i] = byte(r.Uint32())
 			}
-			_, s, ids, _ := journalStore(b, "wal", seg)
+			_, s, ids, _ := storetest.JournalStore(b, "wal", seg)
 			b.SetBytes(int64(len(seg)))
 			b.ResetTimer()
 			for b.Loop() {

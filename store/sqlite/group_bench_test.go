@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"testing"
+
+	"github.com/syncular/caddy-syncular/internal/storetest"
 )
 
 // BenchmarkSQLiteLookupGroup: one rollback-journal lookup with 0, 8 and
@@ -13,8 +15,8 @@ import (
 // i.e. to the time the SHARED lock is held.
 func BenchmarkSQLiteLookupGroup(b *testing.B) {
 	const n = 64
-	segs := smallBlobs(n)
-	w, s, ids, _ := journalStore(b, "delete", segs...)
+	segs := storetest.SmallBlobs(n)
+	w, s, ids, _ := storetest.JournalStore(b, "delete", segs...)
 	if err := w.Exec("CREATE TABLE other (n INTEGER)"); err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
@@ -107,7 +108,7 @@ func TestSQLiteConcurrentWriter(t *testing.T) {
 		}
 	}
 
-	s := openStore(t, path)
+	s := storetest.OpenSQLite(t, path)
 	// The writer migrates at fixed points of the run (by time, so a slow
 	// -race build still goes through every stage), readers read throughout.
 	const runFor = 1500 * time.Millisecond
@@ -331,7 +332,7 @@ func TestSQLiteConcurrentWriter(t *testing.T) {
 // even with PRAGMA query_only switched off (mode=ro alone holds).
 func TestSQLiteReadOnly(t *testing.T) {
 	path := copyVector(t, "segments-legacy.sqlite")
-	s := openStore(t, path)
+	s := storetest.OpenSQLite(t, path)
 	ctx := context.Background()
 	const insert = `INSERT INTO sync_segments (segment_id, partition, log_epoch, tbl, schema_version,
  media_type, scope_digest, as_of_commit_seq, row_count, byte_length, created_at_ms, expires_at_ms, bytes)
@@ -380,7 +381,7 @@ func TestSQLitePathEscaping(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := copyFile(t, filepath.Join(vectorsDir(t), "segments-legacy.sqlite"), filepath.Join(dir, "seg%41?mode=rw#x.sqlite"))
-	s := openStore(t, path)
+	s := storetest.OpenSQLite(t, path)
 	if _, err := s.Lookup(context.Background(), idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")); err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +393,7 @@ func TestSQLitePathEscaping(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2 := openStore(t, rel)
+	s2 := storetest.OpenSQLite(t, rel)
 	if _, err := s2.Lookup(context.Background(), idOf("sha256:7f0c8977715491126054902410407981f462d1afa386d3390ba6763a21746859")); err != nil {
 		t.Fatal(err)
 	}

@@ -7,46 +7,15 @@ import (
 	"database/sql"
 	"errors"
 	"io"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
-
-// journalStore seeds a store file in journal mode mode ("wal" or
-// "delete") with segs and opens it with SQLite.
-func journalStore(t testing.TB, mode string, segs ...[]byte) (*seed.Writer, *sqlite.Store, []string, []string) {
-	t.Helper()
-	w, err := seed.Create(filepath.Join(t.TempDir(), "segments.sqlite"), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	if err := w.Exec("PRAGMA journal_mode=" + mode); err != nil {
-		t.Fatal(err)
-	}
-	var ids []string
-	for _, b := range segs {
-		id, err := w.Put(seed.SegmentInput{Bytes: b, Publication: blobPub()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
-	var seen []string
-	s, err := sqlite.Open(w.Path(), sqlite.Options{
-		JournalMode: func(_, m string) { seen = append(seen, m) },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return w, s, ids, seen
-}
 
 // busyFreeWriter opens the file as the reference sync server does: one
 // connection, no busy timeout, so a commit beside a reader's lock fails
@@ -76,10 +45,10 @@ func commit(db *sql.DB) error {
 // handler commits between every write. The old fill (one read transaction
 // across the copy) failed every such commit with "database is locked".
 func TestSQLiteFillHoldsNoLockAcrossWrites(t *testing.T) {
-	big := blobBytes(5<<20, 11)
+	big := storetest.Bytes(5<<20, 11)
 	for _, mode := range []string{"delete", "wal"} {
 		t.Run(mode, func(t *testing.T) {
-			w, s, ids, seen := journalStore(t, mode, big)
+			w, s, ids, seen := storetest.JournalStore(t, mode, big)
 			if want := map[string]string{"delete": "delete", "wal": sqlite.JournalWAL}[mode]; s.JournalMode() != want ||
 				len(seen) != 1 || seen[0] != want {
 				t.Fatalf("journal mode %q (told %v), want %q once", s.JournalMode(), seen, want)
@@ -126,8 +95,8 @@ func sha256Of(b []byte) []byte { s := sha256.Sum256(b); return s[:] }
 // hands over a complete wrong body: it ends in a transient fault, not a
 // corruption verdict, and the next fill reads the bytes right.
 func TestSQLiteLockFreeTornReadIsTransient(t *testing.T) {
-	a, b := blobBytes(3<<20, 21), blobBytes(3<<20, 22)
-	w, s, ids, _ := journalStore(t, "delete", a)
+	a, b := storetest.Bytes(3<<20, 21), storetest.Bytes(3<<20, 22)
+	w, s, ids, _ := storetest.JournalStore(t, "delete", a)
 	var got int64
 	changed := false
 	n, err := s.CopyBlob(context.Background(), idOf(ids[0]), writerFunc(func(p []byte) (int, error) {
@@ -137,10 +106,10 @@ func TestSQLiteLockFreeTornReadIsTransient(t *testing.T) {
 			if err := w.DeleteSegment(ids[0]); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Put(seed.SegmentInput{Bytes: b, Publication: blobPub()}); err != nil {
+			if _, err := w.Put(seed.SegmentInput{Bytes: b, Publication: storetest.Pub()}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.Put(seed.SegmentInput{Bytes: a, Publication: blobPub()}); err != nil {
+			if _, err := w.Put(seed.SegmentInput{Bytes: a, Publication: storetest.Pub()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -164,9 +133,9 @@ func TestSQLiteLockFreeTornReadIsTransient(t *testing.T) {
 // Bytes that do not hash to their id are refused as corrupt, after a
 // locked re-read agreed, and never delivered whole.
 func TestSQLiteLockFreeCorruptBlob(t *testing.T) {
-	good := blobBytes(2<<20, 31)
-	w, s, ids, _ := journalStore(t, "delete", good)
-	if err := w.Exec(`UPDATE sync_segments SET bytes = ?1 WHERE segment_id = ?2`, blobBytes(2<<20, 32), ids[0]); err != nil {
+	good := storetest.Bytes(2<<20, 31)
+	w, s, ids, _ := storetest.JournalStore(t, "delete", good)
+	if err := w.Exec(`UPDATE sync_segments SET bytes = ?1 WHERE segment_id = ?2`, storetest.Bytes(2<<20, 32), ids[0]); err != nil {
 		t.Fatal(err)
 	}
 	var got int64
@@ -190,14 +159,14 @@ func TestSQLiteCopyBlobVerifies(t *testing.T) {
 		size int
 	}{{"wal", 64 << 10}, {"wal", 3 << 20}, {"delete", 64 << 10}, {"delete", 3 << 20}} {
 		t.Run(tc.mode+"/"+strconv.Itoa(tc.size), func(t *testing.T) {
-			good := blobBytes(tc.size, 41)
-			w, s, ids, _ := journalStore(t, tc.mode, good, blobBytes(tc.size, 42))
+			good := storetest.Bytes(tc.size, 41)
+			w, s, ids, _ := storetest.JournalStore(t, tc.mode, good, storetest.Bytes(tc.size, 42))
 			ctx := context.Background()
 			var buf bytes.Buffer
-			if n, err := s.CopyBlob(ctx, idOf(ids[1]), &buf); err != nil || n != int64(tc.size) || !bytes.Equal(buf.Bytes(), blobBytes(tc.size, 42)) {
+			if n, err := s.CopyBlob(ctx, idOf(ids[1]), &buf); err != nil || n != int64(tc.size) || !bytes.Equal(buf.Bytes(), storetest.Bytes(tc.size, 42)) {
 				t.Fatalf("a sound blob: n %d err %v", n, err)
 			}
-			if err := w.Exec(`UPDATE sync_segments SET bytes = ?1 WHERE segment_id = ?2`, blobBytes(tc.size, 43), ids[0]); err != nil {
+			if err := w.Exec(`UPDATE sync_segments SET bytes = ?1 WHERE segment_id = ?2`, storetest.Bytes(tc.size, 43), ids[0]); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.CopyBlob(ctx, idOf(ids[0]), io.Discard); !errors.Is(err, store.ErrCorruptSegment) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
 
@@ -17,7 +18,7 @@ func lockFreeStore(t *testing.T) (*sqlite.Store, *sql.DB, string) {
 	if runtime.GOOS != "linux" {
 		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
 	}
-	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	w, s, ids, _ := storetest.JournalStore(t, "delete", storetest.Bytes(100, 1))
 	return s, busyFreeWriter(t, w.Path()), ids[0]
 }
 
@@ -117,7 +118,7 @@ func TestSQLiteRecordLockFreeSeesWriterLock(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("lock-free record reads need F_OFD_GETLK (Linux)")
 	}
-	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	w, s, ids, _ := storetest.JournalStore(t, "delete", storetest.Bytes(100, 1))
 	writer := busyFreeWriter(t, w.Path())
 	ctx := context.Background()
 	conn, err := writer.Conn(ctx)
@@ -130,7 +131,7 @@ func TestSQLiteRecordLockFreeSeesWriterLock(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if got, want := lookupExpiry(t, s, ids[0]), blobPub().ExpiresAtMs; got != want {
+	if got, want := lookupExpiry(t, s, ids[0]), storetest.Pub().ExpiresAtMs; got != want {
 		t.Errorf("expiry %d, want %d", got, want)
 	}
 	if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
@@ -157,7 +158,7 @@ func TestSQLiteRecordLockFreeSlowReadIsReadAgain(t *testing.T) {
 		}
 	})
 	defer restore()
-	if got, want := lookupExpiry(t, s, id), blobPub().ExpiresAtMs; got != want {
+	if got, want := lookupExpiry(t, s, id), storetest.Pub().ExpiresAtMs; got != want {
 		t.Errorf("expiry %d, want %d", got, want)
 	}
 	if st := s.RecordReadStats(); st.LockFree+st.Batches != 1 || st.LockFreeMiss < 1 {

@@ -7,27 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/syncular/caddy-syncular/store"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
-
-// expiry is the ExpiresAtMs of rec's first publication.
-func expiry(t *testing.T, rec *store.Record, err error) int64 {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rec.Publications) == 0 {
-		t.Fatal("no publications")
-	}
-	return rec.Publications[0].ExpiresAtMs
-}
 
 // lookupExpiry looks id up and returns its first publication's expiry.
 func lookupExpiry(t *testing.T, s *sqlite.Store, id string) int64 {
 	t.Helper()
 	rec, err := s.Lookup(context.Background(), idOf(id))
-	return expiry(t, rec, err)
+	return storetest.Expiry(t, rec, err)
 }
 
 // setExpiry rewrites a segment's expiry in both tables a gen-3 record
@@ -48,17 +36,17 @@ func setExpiry(db interface {
 // committed; any commit (to the record or anywhere else) makes the next
 // lookup read again, and a changed record is seen at once.
 func TestSQLiteRecordSnapshot(t *testing.T) {
-	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1), blobBytes(200, 2))
+	w, s, ids, _ := storetest.JournalStore(t, "delete", storetest.Bytes(100, 1), storetest.Bytes(200, 2))
 	ctx := context.Background()
 	a, b := ids[0], ids[1]
-	want := blobPub().ExpiresAtMs
+	want := storetest.Pub().ExpiresAtMs
 
 	rec, err := s.Lookup(ctx, idOf(a))
-	if got := expiry(t, rec, err); got != want {
+	if got := storetest.Expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
 	rec2, err := s.Lookup(ctx, idOf(a))
-	expiry(t, rec2, err)
+	storetest.Expiry(t, rec2, err)
 	st := s.RecordReadStats()
 	if st.SnapshotHits != 1 || st.ReadTransactions() != 1 {
 		t.Fatalf("after two lookups of one record, nothing committed: %+v, want 1 hit, 1 batch", st)
@@ -84,7 +72,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec, err = s.Lookup(ctx, idOf(a))
-	if got := expiry(t, rec, err); got != want {
+	if got := storetest.Expiry(t, rec, err); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
 	if st := s.RecordReadStats(); st.SnapshotHits != 2 || st.ReadTransactions() != 3 {
@@ -101,7 +89,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 		}
 		for range 2 {
 			rec, err := s.Lookup(ctx, idOf(a))
-			if got := expiry(t, rec, err); got != ms {
+			if got := storetest.Expiry(t, rec, err); got != ms {
 				t.Fatalf("expiry %d after the writer set %d", got, ms)
 			}
 		}
@@ -111,7 +99,7 @@ func TestSQLiteRecordSnapshot(t *testing.T) {
 // A WAL file's records are never answered from a snapshot (its commits
 // do not change the database file's header).
 func TestSQLiteRecordSnapshotNotInWAL(t *testing.T) {
-	w, s, ids, _ := journalStore(t, "wal", blobBytes(100, 1))
+	w, s, ids, _ := storetest.JournalStore(t, "wal", storetest.Bytes(100, 1))
 	ctx := context.Background()
 	for _, ms := range []int64{5, 6} {
 		if err := w.Exec("UPDATE sync_segments SET expires_at_ms = ? WHERE segment_id = ?", ms, ids[0]); err != nil {
@@ -122,7 +110,7 @@ func TestSQLiteRecordSnapshotNotInWAL(t *testing.T) {
 		}
 		for range 2 {
 			rec, err := s.Lookup(ctx, idOf(ids[0]))
-			if got := expiry(t, rec, err); got != ms {
+			if got := storetest.Expiry(t, rec, err); got != ms {
 				t.Fatalf("expiry %d after the writer set %d", got, ms)
 			}
 		}
@@ -137,14 +125,14 @@ func TestSQLiteRecordSnapshotNotInWAL(t *testing.T) {
 // never answered, and after the rollback (which restores the header) the
 // kept record, the committed one, is.
 func TestSQLiteRecordSnapshotSpilledRollback(t *testing.T) {
-	w, _, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	w, _, ids, _ := storetest.JournalStore(t, "delete", storetest.Bytes(100, 1))
 	s, err := sqlite.Open(w.Path(), sqlite.Options{BusyTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ctx := context.Background()
-	a, want := ids[0], blobPub().ExpiresAtMs
+	a, want := ids[0], storetest.Pub().ExpiresAtMs
 	if got := lookupExpiry(t, s, a); got != want {
 		t.Fatalf("expiry %d, want %d", got, want)
 	}
@@ -169,14 +157,14 @@ func TestSQLiteRecordSnapshotSpilledRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 64 {
-		if _, err := tx.Exec("INSERT INTO filler VALUES (?)", blobBytes(16<<10, uint64(i))); err != nil {
+		if _, err := tx.Exec("INSERT INTO filler VALUES (?)", storetest.Bytes(16<<10, uint64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 3 {
 		rec, err := s.Lookup(ctx, idOf(a))
-		if err == nil && expiry(t, rec, nil) != want {
-			t.Fatalf("an uncommitted, spilled change was answered: expiry %d", expiry(t, rec, nil))
+		if err == nil && storetest.Expiry(t, rec, nil) != want {
+			t.Fatalf("an uncommitted, spilled change was answered: expiry %d", storetest.Expiry(t, rec, nil))
 		}
 		t.Logf("lookup during the spilled transaction: %v", err)
 	}
@@ -193,7 +181,7 @@ func TestSQLiteRecordSnapshotSpilledRollback(t *testing.T) {
 // A record that does not decode is never kept: every lookup reads it
 // again (and fails) until the writer fixes it.
 func TestSQLiteRecordUndecodableNotKept(t *testing.T) {
-	w, s, ids, _ := journalStore(t, "delete", blobBytes(100, 1))
+	w, s, ids, _ := storetest.JournalStore(t, "delete", storetest.Bytes(100, 1))
 	ctx := context.Background()
 	a := ids[0]
 	if err := w.Exec("UPDATE sync_segment_publications SET expires_at_ms = 'soon' WHERE segment_id = ?", a); err != nil {
@@ -219,8 +207,8 @@ func TestSQLiteRecordUndecodableNotKept(t *testing.T) {
 // together: one read transaction for all of them, not one each.
 func TestSQLiteRecordLookupsBatch(t *testing.T) {
 	const n = 8
-	segs := smallBlobs(n)
-	w, s, ids, _ := journalStore(t, "delete", segs...)
+	segs := storetest.SmallBlobs(n)
+	w, s, ids, _ := storetest.JournalStore(t, "delete", segs...)
 	db, err := sql.Open("sqlite", "file:"+w.Path())
 	if err != nil {
 		t.Fatal(err)
@@ -258,13 +246,4 @@ func TestSQLiteRecordLookupsBatch(t *testing.T) {
 		t.Fatalf("%d concurrent lookups: %+v, want all %d in at most 2 read transactions", n, st, n)
 	}
 	t.Logf("%+v", st)
-}
-
-// smallBlobs is n distinct segments of 100, 101, ... bytes.
-func smallBlobs(n int) [][]byte {
-	segs := make([][]byte, n)
-	for i := range segs {
-		segs[i] = blobBytes(100+i, uint64(i))
-	}
-	return segs
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/syncular/caddy-syncular/internal/seed"
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/internal/testkit"
 	"github.com/syncular/caddy-syncular/segid"
 	"github.com/syncular/caddy-syncular/store"
@@ -65,16 +66,6 @@ func readJSON(t testing.TB, name string, v any) {
 	if err := json.Unmarshal(b, v); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-}
-
-func openStore(t testing.TB, path string) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
 func readAll(t testing.TB, s store.Store, id string, off, n int64) ([]byte, error) {
@@ -181,7 +172,7 @@ func TestSQLiteVectorLegacy(t *testing.T) {
 	if len(v.Gets) < 10 {
 		t.Fatalf("%d gets in segments-legacy.json", len(v.Gets))
 	}
-	s := openStore(t, copyVector(t, "segments-legacy.sqlite"))
+	s := storetest.OpenSQLite(t, copyVector(t, "segments-legacy.sqlite"))
 	found := 0
 	for _, g := range v.Gets {
 		checkGet(t, s, g)
@@ -255,7 +246,7 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 	}
 
 	t.Run("as shipped", func(t *testing.T) {
-		s := openStore(t, copyVector(t, "segments-pre-logepoch.sqlite"))
+		s := storetest.OpenSQLite(t, copyVector(t, "segments-pre-logepoch.sqlite"))
 		for _, g := range append(v.oldGets(), v.HeadOpen.Gets...) {
 			checkGet(t, s, g)
 		}
@@ -277,7 +268,7 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.Close()
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		for _, g := range append(v.HeadOpen.Gets, after) {
 			checkGet(t, s, g)
 		}
@@ -285,7 +276,7 @@ func TestSQLiteVectorPreLogEpoch(t *testing.T) {
 
 	t.Run("migrated while open", func(t *testing.T) {
 		path := copyVector(t, "segments-pre-logepoch.sqlite")
-		s := openStore(t, path)
+		s := storetest.OpenSQLite(t, path)
 		for _, g := range v.oldGets() { // the store has seen the gen-1 shape
 			checkGet(t, s, g)
 		}
@@ -398,7 +389,7 @@ func TestSQLiteVectorGen3Publications(t *testing.T) {
 	if len(v.Segments) != len(gen3Want) {
 		t.Fatalf("segments-gen3.json has %d segments, the test knows %d", len(v.Segments), len(gen3Want))
 	}
-	s := openStore(t, copyVector(t, "segments-gen3.sqlite"))
+	s := storetest.OpenSQLite(t, copyVector(t, "segments-gen3.sqlite"))
 	for name, seg := range v.Segments {
 		want, ok := gen3Want[name]
 		if !ok {
@@ -508,7 +499,7 @@ func TestSQLiteVectorGen3Grant(t *testing.T) {
 	if v.Audience.Kind != "hmac-sha256-hex" {
 		t.Fatalf("audience kind %q unknown to the test", v.Audience.Kind)
 	}
-	s := openStore(t, copyVector(t, "segments-gen3.sqlite"))
+	s := storetest.OpenSQLite(t, copyVector(t, "segments-gen3.sqlite"))
 	ran, tokenLayer := 0, 0
 	for _, c := range v.Cases {
 		id, sd, aud, reason := v.tokenClaims(c.Path, c.Token)
@@ -585,7 +576,7 @@ func BenchmarkSQLiteLookup(b *testing.B) {
 		{"miss", "segments-gen3.sqlite", "sha256:0000000000000000000000000000000000000000000000000000000000000000"},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := openStore(b, copyVector(b, bc.file))
+			s := storetest.OpenSQLite(b, copyVector(b, bc.file))
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
@@ -615,7 +606,7 @@ func BenchmarkSQLiteLookup(b *testing.B) {
 		if err := w.SetEpoch("p1", "e1", 1); err != nil {
 			b.Fatal(err)
 		}
-		s := openStore(b, path)
+		s := storetest.OpenSQLite(b, path)
 		ctx := context.Background()
 		b.ReportAllocs()
 		for b.Loop() {
@@ -625,7 +616,7 @@ func BenchmarkSQLiteLookup(b *testing.B) {
 		}
 	})
 	b.Run("gen3-parallel", func(b *testing.B) {
-		s := openStore(b, copyVector(b, "segments-gen3.sqlite"))
+		s := storetest.OpenSQLite(b, copyVector(b, "segments-gen3.sqlite"))
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -650,7 +641,7 @@ func BenchmarkSQLiteOpen(b *testing.B) {
 		{"300KB-range-4KB", "sha256:6b196aadcb8be58447d855d7c3c305ec7e1b80bc7184aa1364813ca6ac321a1a", 4096},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			s := openStore(b, copyVector(b, "segments-gen3.sqlite"))
+			s := storetest.OpenSQLite(b, copyVector(b, "segments-gen3.sqlite"))
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"testing"
 
+	"github.com/syncular/caddy-syncular/internal/storetest"
 	"github.com/syncular/caddy-syncular/store"
 	"github.com/syncular/caddy-syncular/store/sqlite"
 )
@@ -14,7 +15,7 @@ import (
 // A blob larger than one chunk streams through SQLite.Open, whole and by
 // any range (chunk boundaries included), in every schema generation.
 func TestSQLiteOpenStreamsLargeBlob(t *testing.T) {
-	data := blobBytes(3<<20+12345, 9)
+	data := storetest.Bytes(3<<20+12345, 9)
 	for gen := 1; gen <= 3; gen++ {
 		w, _, ids := blobStore(t, gen, data)
 		s, err := sqlite.Open(w.Path(), sqlite.Options{})
@@ -50,7 +51,7 @@ func TestSQLiteOpenStreamsLargeBlob(t *testing.T) {
 // A row deleted or rewritten between two chunks ends the stream with an
 // error, never with a clean end or other bytes.
 func TestSQLiteOpenStreamRowChanges(t *testing.T) {
-	data := blobBytes(3<<20, 10)
+	data := storetest.Bytes(3<<20, 10)
 	for _, tc := range []struct {
 		name, sql string
 		corrupt   bool
