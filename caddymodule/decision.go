@@ -30,6 +30,7 @@ type decision struct {
 	open     time.Duration
 	presign  time.Duration
 	start    time.Time  // when the handler got the request (first-byte time)
+	last     time.Time  // the latest clock reading (tick)
 	cache    cacheKind  // how a granted answer was made (cachestatus.go)
 	inFlight bool       // counted in caddy_syncular_downloads_in_flight until finish
 	tr       traceMarks // when traced: the steps' times (tracing.go)
@@ -37,6 +38,16 @@ type decision struct {
 	// store's tenant (store.WithTenant): the context of every store call
 	// once the token is verified.
 	ctx context.Context
+}
+
+// tick reads the wall clock and keeps the reading as d.last. A request
+// reads the clock once per step boundary: the reading that ends one step
+// (a lookup, a presign, an open) also starts the next when nothing in
+// between can wait (no I/O, no lock held for long), so its durations are
+// measured with no more readings than boundaries.
+func (d *decision) tick() time.Time {
+	d.last = time.Now()
+	return d.last
 }
 
 func (d *decision) setOutcome(outcome string) {

@@ -136,6 +136,7 @@ func (h *Handler) setDefaults() error {
 	}
 	if h.now == nil {
 		h.now = time.Now
+		h.wallClock = true // ServeHTTP judges tokens at its start reading
 	}
 	if h.jitter == nil {
 		h.jitter = rand.IntN

@@ -38,10 +38,10 @@ func (g grant) maxAge() int64 {
 // refusals included. On refusal the answer is written and ok is false.
 func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision, segID segid.ID, claims *token.Claims, now time.Time) (g grant, ok bool) {
 	ctx, cancel := h.lookupContext(d.ctx)
-	start := time.Now()
-	d.tr.lookupAt = start
+	start := d.tick() // the token's check ends, the lookup starts
+	d.tr.verified, d.tr.lookupAt = start, start
 	rec, err := h.lookupRecord(ctx, segID, d) // tracing.go (d.grace: a grace record)
-	d.lookup = time.Since(start)
+	d.lookup = d.tick().Sub(start)
 	cancel()
 	if d.tr.record == store.RecordStore || d.tr.record == store.RecordGrace { // not a cache hit or a follower
 		h.metrics.storeOp(opLookup, d.lookup)
@@ -61,6 +61,7 @@ func (h *Handler) authorize(w http.ResponseWriter, r *http.Request, d *decision,
 		// A grace record was served because the store just failed:
 		// re-reading it now would only wait on the store again.
 		rec, res = h.recheck(d.ctx, segID, rec, res, claims, nowMs)
+		d.tick() // recheck may have read the store
 	}
 	if res.Outcome != store.Granted {
 		e, msg := grantRefusal(res)

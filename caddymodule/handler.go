@@ -31,7 +31,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	defer h.life.leave()
 	ctx := r.Context()
 	repl, _ := ctx.Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	d := &decision{ph: placeholdersFor(ctx, repl), slot: -1, start: time.Now()}
+	start := time.Now()
+	d := &decision{ph: placeholdersFor(ctx, repl), slot: -1, start: start, last: start}
 	defer h.finish(d)
 
 	// 1. Verify: the request's shape, then the token.
@@ -66,13 +67,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	d.setSegment(segID)
 
-	now := h.now()
+	// The token and the grant are judged at the request's start, the
+	// one wall-clock reading they need; an injected clock (tests) is
+	// asked instead.
+	now := start
+	if !h.wallClock {
+		now = h.now()
+	}
 	var claims token.Claims
 	d.startTrace(ctx) // tracing.go
 	slot, err := h.verifier.VerifyInto(&claims, tokens[0], segID.String(), now)
-	if d.traced() {
-		d.tr.verified = time.Now()
-	}
 	d.setSlot(slot)
 	h.metrics.verification(slot)
 	if err != nil {

@@ -128,6 +128,7 @@ type handlerMetrics struct {
 	server      string
 	delivery    string
 	requests    map[string]prometheus.Counter
+	granted     prometheus.Counter // requests[outcomeGranted], the common case, without the map lookup
 	served      prometheus.Counter
 	lookup      prometheus.Observer
 	open        prometheus.Observer
@@ -175,6 +176,7 @@ func newLabelMetrics(c *collectors, server, backend, delivery string, keys int) 
 	for _, o := range knownOutcomes {
 		m.requests[o] = c.requests.WithLabelValues(server, o, delivery)
 	}
+	m.granted = m.requests[outcomeGranted]
 	for i, r := range graceResults {
 		m.grace[i] = c.grace.WithLabelValues(server, r)
 	}
@@ -220,6 +222,10 @@ func (m *handlerMetrics) via(delivery string) *handlerMetrics {
 // request counts one finished request.
 func (m *handlerMetrics) request(outcome string) {
 	if m == nil || outcome == "" {
+		return
+	}
+	if outcome == outcomeGranted {
+		m.granted.Inc()
 		return
 	}
 	if ctr, ok := m.requests[outcome]; ok {

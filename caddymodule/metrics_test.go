@@ -343,3 +343,30 @@ func TestMetricsServerLabelCountsApart(t *testing.T) {
 		t.Fatalf("granted: site a +%v, site b +%v, want +3 and +1", a, b)
 	}
 }
+
+// TestMetricsGrantedPreResolved: the granted outcome, counted through the
+// child resolved at provision time, moves exactly its own series
+// (requests_total{outcome="granted"} under the request's delivery) on a
+// redirect handler and its stream_legacy and proxy children.
+func TestMetricsGrantedPreResolved(t *testing.T) {
+	const server = "granted_pre_resolved"
+	m := newHandlerMetrics(moduleCollectors(), server, "s3", DeliveryRedirect, 1)
+	m.withLegacy("s3", 1)
+	m.withProxied("s3", 1)
+	for _, delivery := range []string{DeliveryRedirect, deliveryStreamLegacy, DeliveryProxy} {
+		before := map[string]float64{}
+		for _, o := range knownOutcomes {
+			before[o] = requestsOn(server, o, delivery)
+		}
+		m.via(delivery).request(outcomeGranted)
+		for _, o := range knownOutcomes {
+			want := before[o]
+			if o == outcomeGranted {
+				want++
+			}
+			if got := requestsOn(server, o, delivery); got != want {
+				t.Errorf("%s, outcome %s: %v, want %v", delivery, o, got, want)
+			}
+		}
+	}
+}

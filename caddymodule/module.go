@@ -195,6 +195,10 @@ type Handler struct {
 	life          *lifetime       // releases the store after the last in-flight request
 	logger        *zap.Logger
 	now           func() time.Time
+	// wallClock: now is time.Now (setDefaults), so ServeHTTP may judge
+	// tokens at the reading it takes anyway; false when a test or the
+	// store command injects a clock.
+	wallClock bool
 	// inspecting: provisioned by `caddy syncular-store inspect`, whose
 	// output is its report (provisionnotes.go logs no "provisioned").
 	inspecting bool

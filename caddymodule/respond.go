@@ -103,11 +103,11 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, g grant, d *de
 
 // sign presigns the redirect URL, timed as a store operation.
 func (h *Handler) sign(ctx context.Context, g grant, d *decision) signed {
-	start := time.Now()
+	start := d.last        // the lookup's end: nothing waited since
 	d.tr.presignAt = start // tracing.go
 	var s signed
 	s.url, s.expires, s.err = h.presignURL(ctx, g)
-	d.presign = time.Since(start)
+	d.presign = d.tick().Sub(start)
 	h.metrics.storeOp(opPresign, d.presign)
 	if s.err != nil && !errors.Is(s.err, presign.ErrGrantTooShort) && !errors.Is(s.err, presign.ErrGrantEnded) {
 		h.metrics.presignError() // a grant too short for a URL is streamed (plan), not a failure
@@ -273,11 +273,11 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 	ctx, cancel := context.WithCancel(d.ctx)
 	defer cancel()
 	timer := time.AfterFunc(time.Duration(h.StoreTimeout), cancel)
-	start := time.Now()
+	start := d.last // the lookup's end: nothing waited since
 	d.tr.openAt = start
 	body, err := h.store.OpenBody(ctx, g.segID, a.want)
 	timedOut := !timer.Stop()
-	d.open = time.Since(start)
+	d.open = d.tick().Sub(start)
 	if err != nil || !body.Tier().Hit() && !body.Tier().Followed() { // a store call: not a hit or a follower
 		h.metrics.storeOp(opOpen, d.open)
 	}
@@ -301,6 +301,7 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 			h.overloaded(w, d)
 			return
 		}
+		d.tick() // the wait for a slot ends
 		defer h.sqliteStreams.release()
 	}
 	coding, size := body.Coding(), body.Size()
@@ -333,16 +334,18 @@ func (h *Handler) writeBody(w http.ResponseWriter, r *http.Request, g grant, d *
 
 // markCache records how a granted answer was made, just before its
 // status line is written: {http.syncular.cache}, the Cache-Status header
-// when cache_status is on, and the time to the first byte.
+// when cache_status is on, and the time to the first byte. That time ends
+// at the request's last clock reading (d.last), the end of its last store
+// step: what ran since (planning the answer, its headers) waits on
+// nothing.
 func (h *Handler) markCache(w http.ResponseWriter, d *decision, k cacheKind) {
 	d.cache = k
 	d.ph.publish(phCache, cacheNames[k])
 	if st := h.obs.status; st != nil {
 		w.Header()["Cache-Status"] = []string{st[k]}
 	}
-	now := time.Now()
-	d.tr.statusAt = now // tracing.go
-	h.metrics.firstByte(k, now.Sub(d.start))
+	d.tr.statusAt = d.last // tracing.go
+	h.metrics.firstByte(k, d.last.Sub(d.start))
 }
 
 // kindOfTier maps the store tier that answered an Open to a cache kind.

@@ -63,8 +63,17 @@ type span struct {
 
 // decodeClaims decodes text (the payload after UTF-8 decoding and BOM
 // strip). For claimsObject the fields are the claims; for every other
-// status they are zero.
+// status they are zero. The reference signer's exact layout takes the
+// fast path (claims_canonical.go); any other text the full decoder.
 func decodeClaims(text string) (claimFields, claimsStatus) {
+	if f, ok := decodeCanonical(text); ok {
+		return f, claimsObject
+	}
+	return decodeClaimsFull(text)
+}
+
+// decodeClaimsFull is decodeClaims for any text: the whole JSON grammar.
+func decodeClaimsFull(text string) (claimFields, claimsStatus) {
 	d := claimsDecoder{s: text}
 	d.skipSpace()
 	if d.i >= len(d.s) || d.s[d.i] != '{' {
