@@ -295,7 +295,7 @@ func TestProgressDeadlineCheck(t *testing.T) {
 	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	// An hour's timeout: the timer (every 7.5 minutes) never fires here.
-	p := startProgressDeadline(f, 100, time.Hour, time.Time{}, func(d time.Time) error { sets = append(sets, d); return nil }, clock)
+	p := startProgressDeadline(fileOffset{f}, 100, time.Hour, time.Time{}, func(d time.Time) error { sets = append(sets, d); return nil }, clock)
 	p.check()
 	if len(sets) != 0 {
 		t.Fatalf("offset unchanged: deadline set to %v", sets)
@@ -527,9 +527,9 @@ func TestOneChunk(t *testing.T) {
 			Logger:                zap.NewNop(),
 		}
 		var src io.Reader = fr
-		var bare *fileRange
+		var bare wholeSource
 		if raw {
-			src, bare = rawRange{fr}, fr
+			src, bare = rawRange{fr}, rawRange{fr}
 		}
 		restore := oneChunk(iw, n, bare)
 		k, err := iw.ReadFrom(src)
