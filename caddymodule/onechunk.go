@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"sync"
@@ -133,7 +134,14 @@ type chunkSwap struct {
 // system calls per answer through the real binary.
 func (c *chunkSwap) oneChunk(iw *caddyhttp.IdleTimeoutWriter, n int64, bare wholeSource) {
 	c.iw, c.inner = iw, iw.ResponseWriterWrapper
-	c.undo = iw.Override(iw.Deadline.Timeout, iw.Deadline.MinRate, int(n))
+	chunk := int(n)
+	if bare != nil && chunk < math.MaxInt {
+		// One more than the answer: the writer's ReadFrom ends after the
+		// call that sends it all, with no second, empty one. Only for a
+		// bare source, which the writer's io.LimitedReader never limits.
+		chunk++
+	}
+	c.undo = iw.Override(iw.Deadline.Timeout, iw.Deadline.MinRate, chunk)
 	if bare != nil {
 		c.unl = rangeUnlimiter{ResponseWriter: c.inner, src: bare}
 		c.wrap = caddyhttp.ResponseWriterWrapper{ResponseWriter: &c.unl}
