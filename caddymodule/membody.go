@@ -70,9 +70,18 @@ type rawBytes struct {
 	ctrl    *http.ResponseController
 	pd      *progressDeadline // started at the first EAGAIN, else nil
 	swap    chunkSwap
+	// writeRaw's callback for the socket's RawConn.Write, bound once per
+	// pooled rawBytes, and what it reports.
+	step    func(fd uintptr) bool
+	written int64
+	werr    error
 }
 
-var rawBytesPool = sync.Pool{New: func() any { return new(rawBytes) }}
+var rawBytesPool = sync.Pool{New: func() any {
+	s := new(rawBytes)
+	s.step = s.writeStep // membody_raw_linux.go
+	return s
+}}
 
 // sendRawBytes writes p to w as one chunk of iw, its only idle timeout
 // writer, which wholeRangeOK allows.
@@ -89,7 +98,7 @@ func sendRawBytes(w http.ResponseWriter, iw *caddyhttp.IdleTimeoutWriter, p []by
 		s.pd = nil
 	}
 	s.swap.restore()
-	s.b, s.ctrl = nil, nil
+	s.b, s.ctrl, s.werr = nil, nil, nil
 	rawBytesPool.Put(s)
 	if err == nil && n != int64(len(p)) {
 		err = io.ErrShortWrite

@@ -24,45 +24,53 @@ const rawWriteMax = 2 << 20
 const rawWriteOK = true
 
 // writeRaw writes the rest of the bytes to the socket conn with raw
-// write(2) calls, each at most rawWriteMax bytes, yielding between full
-// calls so a fast reader cannot hold a processor. EAGAIN waits in the
-// netpoller under the connection's write deadline (and starts the
-// progress deadline); EINTR is retried.
+// write(2) calls (writeStep).
 func (s *rawBytes) writeRaw(conn syscall.RawConn) (int64, error) {
-	var written int64
-	var werr error
-	err := conn.Write(func(fd uintptr) bool {
-		for s.pos < len(s.b) {
-			p := s.b[s.pos:]
-			if len(p) > rawWriteMax {
-				p = p[:rawWriteMax]
-			}
-			// s.b keeps the bytes alive across the call.
-			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch {
-			case e == syscall.EAGAIN:
-				s.waiting()
-				return false // wait in the netpoller for room
-			case e == syscall.EINTR:
-				continue
-			case e != 0:
-				werr = os.NewSyscallError("write", e)
-				return true
-			case n == 0:
-				werr = io.ErrShortWrite
-				return true
-			}
-			s.pos += int(n)
-			written += int64(n)
-			s.sent.Add(int64(n))
-			if int(n) == len(p) && s.pos < len(s.b) {
-				runtime.Gosched() // the socket still takes bytes: let others run
-			}
-		}
-		return true
-	})
-	if werr == nil {
-		werr = err
+	s.written, s.werr = 0, nil
+	step := s.step
+	if step == nil { // a rawBytes not from the pool
+		step = s.writeStep
 	}
-	return written, werr
+	err := conn.Write(step)
+	if s.werr == nil {
+		s.werr = err
+	}
+	return s.written, s.werr
+}
+
+// writeStep writes to the socket fd with raw write(2) calls, each at
+// most rawWriteMax bytes, yielding between full calls so a fast reader
+// cannot hold a processor, until the bytes are all written (true), an
+// error (true, in s.werr), or EAGAIN: false, to wait in the netpoller
+// under the connection's write deadline (and the progress deadline
+// starts). EINTR is retried.
+func (s *rawBytes) writeStep(fd uintptr) bool {
+	for s.pos < len(s.b) {
+		p := s.b[s.pos:]
+		if len(p) > rawWriteMax {
+			p = p[:rawWriteMax]
+		}
+		// s.b keeps the bytes alive across the call.
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch {
+		case e == syscall.EAGAIN:
+			s.waiting()
+			return false // wait in the netpoller for room
+		case e == syscall.EINTR:
+			continue
+		case e != 0:
+			s.werr = os.NewSyscallError("write", e)
+			return true
+		case n == 0:
+			s.werr = io.ErrShortWrite
+			return true
+		}
+		s.pos += int(n)
+		s.written += int64(n)
+		s.sent.Add(int64(n))
+		if int(n) == len(p) && s.pos < len(s.b) {
+			runtime.Gosched() // the socket still takes bytes: let others run
+		}
+	}
+	return true
 }
