@@ -32,10 +32,13 @@ import (
 // The idle timeout keeps its meaning: the writer sets the deadline once,
 // before the chunk; while the socket takes every byte at once (loopback,
 // a fast client) nothing else is needed. At the first EAGAIN a
-// progressDeadline starts, reading the count of bytes the socket took,
-// and pushes the deadline on while it grows. A reader that stops is cut
-// about one idle timeout after the last bytes it took; one that keeps
-// taking bytes, however slowly, is not.
+// progressDeadline starts, reading how many bytes the peer has taken
+// (written, less what the socket still holds), and pushes the deadline
+// on while that grows. A reader that stops is cut about one idle timeout
+// after the last bytes it took; one that keeps taking bytes, however
+// slowly, is not, even while it drains a send buffer of megabytes for
+// longer than the timeout (where the writer's own chunks, each waiting
+// for room, are cut).
 //
 // Everything else writes the bytes in one Write as before: a body of at
 // most one chunk, no idle timeout writer or more than one, a minimum
@@ -69,6 +72,7 @@ type rawBytes struct {
 	hard    time.Time
 	ctrl    *http.ResponseController
 	pd      *progressDeadline // started at the first EAGAIN, else nil
+	conn    syscall.RawConn   // the socket of the raw writes, else nil
 	swap    chunkSwap
 	// writeRaw's callback for the socket's RawConn.Write, bound once per
 	// pooled rawBytes, and what it reports.
@@ -98,7 +102,7 @@ func sendRawBytes(w http.ResponseWriter, iw *caddyhttp.IdleTimeoutWriter, p []by
 		s.pd = nil
 	}
 	s.swap.restore()
-	s.b, s.ctrl, s.werr = nil, nil, nil
+	s.b, s.ctrl, s.werr, s.conn = nil, nil, nil, nil
 	rawBytesPool.Put(s)
 	if err == nil && n != int64(len(p)) {
 		err = io.ErrShortWrite
@@ -120,8 +124,11 @@ func (s *rawBytes) Read(p []byte) (int, error) {
 // left is what is not yet read or written (wholeSource).
 func (s *rawBytes) left() int64 { return int64(len(s.b) - s.pos) }
 
-// progress is the bytes the socket took (progressSource).
-func (s *rawBytes) progress() (int64, error) { return s.sent.Load(), nil }
+// progress is the bytes the peer has taken (progressSource): those the
+// raw writes put in the socket less those it still holds. The socket's
+// send buffer grows to megabytes; a reader that drains it slowly makes
+// progress long before the next write finds room.
+func (s *rawBytes) progress() (int64, error) { return s.sent.Load() - unsent(s.conn), nil }
 
 // WriteTo writes the rest of the bytes to dst: with raw write(2) calls
 // when dst is a socket (syscall.Conn), else in Writes of the idle

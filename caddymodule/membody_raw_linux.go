@@ -27,6 +27,7 @@ const rawWriteOK = true
 // write(2) calls (writeStep).
 func (s *rawBytes) writeRaw(conn syscall.RawConn) (int64, error) {
 	s.written, s.werr = 0, nil
+	s.conn = conn // for progress; sendRawBytes lets go of it
 	step := s.step
 	if step == nil { // a rawBytes not from the pool
 		step = s.writeStep
@@ -73,4 +74,21 @@ func (s *rawBytes) writeStep(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// unsent is what the socket conn holds that its peer has not yet
+// acknowledged (SIOCOUTQ, which is TIOCOUTQ on Linux); 0 when unknown.
+func unsent(conn syscall.RawConn) int64 {
+	if conn == nil {
+		return 0
+	}
+	var q int32
+	var e syscall.Errno
+	err := conn.Control(func(fd uintptr) {
+		_, _, e = syscall.RawSyscall(syscall.SYS_IOCTL, fd, syscall.TIOCOUTQ, uintptr(unsafe.Pointer(&q)))
+	})
+	if err != nil || e != 0 || q < 0 {
+		return 0
+	}
+	return int64(q)
 }

@@ -15,3 +15,6 @@ func (s *rawBytes) writeRaw(syscall.RawConn) (int64, error) {
 
 // writeStep is never called off Linux (rawWriteOK).
 func (s *rawBytes) writeStep(uintptr) bool { return true }
+
+// unsent is unknown off Linux.
+func unsent(syscall.RawConn) int64 { return 0 }
