@@ -416,3 +416,45 @@ func TestSendMemorySlowReaderKept(t *testing.T) {
 		t.Fatalf("the answer took %v, under 3 idle timeouts (%v): it proves nothing", took, timeout)
 	}
 }
+
+// A rawBytes's progress is what the peer took: bytes written to a socket
+// whose peer reads nothing count only once they leave the socket.
+func TestRawBytesProgressUnsent(t *testing.T) {
+	if !rawWriteOK {
+		t.Skip("no raw writes on this platform")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		peer <- c
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	p := <-peer
+	if p == nil {
+		t.Fatal("no peer")
+	}
+	defer p.Close()
+	p.(*net.TCPConn).SetReadBuffer(16 << 10)
+	raw, err := conn.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	s := &rawBytes{b: randomBytes(8 << 20), chunk: 64 << 10}
+	n, err := s.writeRaw(raw)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n == 0 {
+		t.Fatalf("wrote %d to a peer that reads nothing: %v, want some, then the deadline", n, err)
+	}
+	if got, _ := s.progress(); got >= n {
+		t.Fatalf("progress %d of %d written: the bytes the socket still holds count", got, n)
+	}
+}
