@@ -12,11 +12,12 @@ import (
 
 // The one writer of segment bytes. A store.Body says what it holds, and
 // sendBody writes each kind the one way that suits it: bytes in memory
-// in one Write, a range of a complete disk tier file with sendfile(2)
-// through Caddy's writers (sendfile.go), and a stream through one pooled
-// copy, the only place a stall deadline is pushed while bytes are
-// copied. Every way that ends short of the body's Size, or with bytes
-// that do not match their id, is an error: the caller aborts the answer.
+// in one Write, or as one chunk in raw write(2) calls (membody.go), a
+// range of a complete disk tier file with sendfile(2) through Caddy's
+// writers (sendfile.go), and a stream through one pooled copy, the only
+// place a stall deadline is pushed while bytes are copied. Every way
+// that ends short of the body's Size, or with bytes that do not match
+// their id, is an error: the caller aborts the answer.
 
 // sendBody writes b to w. stall > 0 cuts a stream whose client takes no
 // byte for stall (never past hard, zero: none); it is the SQLite
@@ -24,8 +25,7 @@ import (
 func sendBody(w http.ResponseWriter, b *store.Body, stall time.Duration, hard time.Time) (int64, error) {
 	switch b.Kind() {
 	case store.BodyMemory:
-		k, err := w.Write(b.Bytes())
-		return int64(k), err
+		return sendMemory(w, b.Bytes()) // membody.go
 	case store.BodyFile:
 		f, off := b.File()
 		k, err := sendFile(w, f, off, b.Size())

@@ -4,13 +4,9 @@ import (
 	"errors"
 	"io"
 	"math"
-	"net/http"
 	"os"
-	"sync"
 	"syscall"
 	"time"
-
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // Sending a complete file of the disk tier with sendfile(2) through
@@ -156,49 +152,6 @@ func (c *rangeConn) Read(fn func(fd uintptr) bool) error {
 func (c *rangeConn) Control(fn func(fd uintptr)) error    { return c.r.raw.Control(fn) }
 func (c *rangeConn) Write(fn func(fd uintptr) bool) error { return c.r.raw.Write(fn) }
 
-// idleWriters walks the response writers from w down (Unwrap) and
-// returns the idle timeout writers among them, outermost first.
-func idleWriters(w any) []*caddyhttp.IdleTimeoutWriter {
-	var out []*caddyhttp.IdleTimeoutWriter
-	for range 64 { // bounded: a writer that unwraps to itself must not hang a request
-		if iw, ok := w.(*caddyhttp.IdleTimeoutWriter); ok {
-			out = append(out, iw)
-		}
-		u, ok := w.(unwrapper)
-		if !ok {
-			break
-		}
-		if w = u.Unwrap(); w == nil {
-			break
-		}
-	}
-	return out
-}
-
-// writeChunk returns the largest chunk an idle timeout writer below w
-// cuts ReadFrom sources into; found is false when there is none.
-func writeChunk(w any) (chunk int64, found bool) {
-	for _, iw := range idleWriters(w) {
-		chunk, found = max(chunk, chunkOf(iw)), true
-	}
-	return chunk, found
-}
-
-func chunkOf(iw *caddyhttp.IdleTimeoutWriter) int64 {
-	if iw.MaxChunk > 0 {
-		return int64(iw.MaxChunk)
-	}
-	return caddyhttp.DefaultMaxWriteChunk
-}
-
-// wholeRangeOK reports whether the answer may go to iw as one chunk with
-// a progressDeadline in place of the chunks' deadlines: a plain idle
-// timeout (no minimum rate, which counts bytes the writer alone knows),
-// on a connection whose deadline is checked at the next write only.
-func wholeRangeOK(iw *caddyhttp.IdleTimeoutWriter) bool {
-	return iw.Ctrl != nil && iw.Deadline.Timeout > 0 && iw.Deadline.MinRate == 0 && !iw.ClearBetweenWrites
-}
-
 // sendfileSource returns the reader that takes the next n bytes of f, a
 // complete disk tier file positioned at the range's start, to w with
 // sendfile(2), and the func to call once the copy has ended. Under an
@@ -218,15 +171,15 @@ func sendfileSource(w io.Writer, f *os.File, n int64) (io.Reader, func()) {
 			return lr, noop
 		}
 		fr.whole = true
-		pd := startProgressDeadline(f, fr.pos, iw.Deadline.Timeout, iw.Deadline.HardDeadline, iw.Ctrl.SetWriteDeadline, time.Now)
+		pd := startProgressDeadline(fileOffset{f}, fr.pos, iw.Deadline.Timeout, iw.Deadline.HardDeadline, iw.Ctrl.SetWriteDeadline, time.Now)
 		var src io.Reader = fr
-		var raw *fileRange
+		var bare wholeSource
 		// Raw sendfile(2) calls (sendfile_raw_linux.go): below the idle
 		// timeout writer, the source reaches the connection bare.
 		if rawSendfileOK && rawSendfileOn() && iw.ResponseWriterWrapper != nil { // rawSendfileOn: switches.go
-			src, raw = rawRange{fr}, fr
+			src, bare = rawRange{fr}, rawRange{fr}
 		}
-		restore := oneChunk(iw, n, raw)
+		restore := oneChunk(iw, n, bare) // onechunk.go
 		return src, func() {
 			pd.stop()
 			restore()
@@ -241,101 +194,15 @@ func sendfileSource(w io.Writer, f *os.File, n int64) (io.Reader, func()) {
 
 func noop() {}
 
-// oneChunk makes iw hand the next ReadFrom source on as one chunk of n
-// bytes, and, when raw is set, pass rawRange{raw} on bare to the writer
-// below it (rangeUnlimiter); restore puts iw back as it was. It is the
-// one place that reaches into Caddy's IdleTimeoutWriter (Caddy 2.11: its
-// exported MaxChunk, read by each ReadFrom, and the ResponseWriterWrapper
-// its ReadFrom writes through). No documented interface of the writer
-// chain reaches below that writer without also passing by the writers
-// above it (the access log's byte count): encode's io.ReaderFrom
-// forwarding keeps sendfile only down to it. A Caddy that changes
-// either field's meaning makes the answer go in chunks or through a copy:
-// TestOneChunk fails on the first, and integration's TestSendfileDiskTier
-// counts the sendfile(2) calls per answer through the real binary and
-// fails on either.
-func oneChunk(iw *caddyhttp.IdleTimeoutWriter, n int64, raw *fileRange) (restore func()) {
-	chunk, inner := iw.MaxChunk, iw.ResponseWriterWrapper
-	iw.MaxChunk = int(n)
-	if raw != nil {
-		iw.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: &rangeUnlimiter{ResponseWriter: inner, src: rawRange{raw}}}
-	}
-	return func() { iw.MaxChunk, iw.ResponseWriterWrapper = chunk, inner }
-}
-
-// progressDeadline pushes a connection's write deadline on while a file
-// descriptor's offset moves (see the top of this file).
-type progressDeadline struct {
-	mu      sync.Mutex
-	timer   *time.Timer
-	stopped bool
-	f       *os.File
-	last    int64 // the offset at the last check
-	timeout time.Duration
-	hard    time.Time // the writer's hard deadline (write_timeout); zero: none
-	set     func(time.Time) error
-	now     func() time.Time
-}
-
-// minProgressPeriod bounds how often a progressDeadline checks, for
-// idle timeouts of a few milliseconds.
-const minProgressPeriod = 10 * time.Millisecond
-
-// progressPeriod is how often a progressDeadline checks the offset.
-func progressPeriod(timeout time.Duration) time.Duration {
-	return max(timeout/8, minProgressPeriod)
-}
-
-// startProgressDeadline checks f's offset (pos now) every
-// progressPeriod(timeout) and, when it moved, sets the write deadline
-// with set to now+timeout, never past hard.
-func startProgressDeadline(f *os.File, pos int64, timeout time.Duration, hard time.Time, set func(time.Time) error, now func() time.Time) *progressDeadline {
-	p := &progressDeadline{f: f, last: pos, timeout: timeout, hard: hard, set: set, now: now}
-	p.mu.Lock()
-	p.timer = time.AfterFunc(progressPeriod(timeout), p.check)
-	p.mu.Unlock()
-	return p
-}
-
-func (p *progressDeadline) check() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopped {
-		return
-	}
-	if pos, err := p.f.Seek(0, io.SeekCurrent); err == nil && pos != p.last {
-		p.last = pos
-		_ = p.set(idleDeadline(p.now(), p.timeout, p.hard))
-	}
-	p.timer.Reset(progressPeriod(p.timeout))
-}
-
-// stop ends the checks; no deadline is set after it returns.
-func (p *progressDeadline) stop() {
-	p.mu.Lock()
-	p.stopped = true
-	p.timer.Stop()
-	p.mu.Unlock()
-}
-
-// idleDeadline is now+timeout, or hard when that comes first.
-func idleDeadline(now time.Time, timeout time.Duration, hard time.Time) time.Time {
-	d := now.Add(timeout)
-	if !hard.IsZero() && hard.Before(d) {
-		return hard
-	}
-	return d
-}
-
-// unwrapper is a response writer that wraps another (Caddy's, and
-// net/http's ResponseController's convention).
-type unwrapper interface{ Unwrap() http.ResponseWriter }
-
 // Interface guards
 var (
 	_ syscall.Conn    = (*fileRange)(nil)
 	_ syscall.RawConn = (*rangeConn)(nil)
+	_ wholeSource     = rawRange{}
 )
+
+// left is what the range has not yet read or sent (wholeSource).
+func (s rawRange) left() int64 { return s.r.end - s.r.pos }
 
 // copyRest writes the rest of r to dst with read and write calls: a
 // rawRange's way when dst is not a socket (TLS, a wrapped connection).
@@ -343,37 +210,4 @@ var (
 // descriptor to another sendfile path.
 func copyRest(dst io.Writer, r *fileRange) (int64, error) {
 	return io.Copy(dst, struct{ io.Reader }{r})
-}
-
-// rangeUnlimiter stands below an idle timeout writer for one whole-range
-// answer. The writer hands its ReadFrom sources on as
-// io.LimitReader(src, chunk); for the answer's own rawRange (the chunk
-// being the whole range) it passes the rawRange on bare, so that the
-// connection's ReadFrom offers the socket to rawRange.WriteTo, and
-// accounts what was sent in the writer's LimitedReader. The byte counts
-// above and below are the same as for any ReadFrom.
-type rangeUnlimiter struct {
-	http.ResponseWriter // the idle timeout writer's own inner writer
-	src                 rawRange
-}
-
-func (u *rangeUnlimiter) ReadFrom(r io.Reader) (int64, error) {
-	lr, ok := r.(*io.LimitedReader)
-	if !ok || lr.R != io.Reader(u.src) || lr.N < u.src.r.end-u.src.r.pos {
-		return readFrom(u.ResponseWriter, r)
-	}
-	n, err := readFrom(u.ResponseWriter, u.src)
-	lr.N -= n
-	return n, err
-}
-
-// Unwrap lets http.ResponseController reach the writers below.
-func (u *rangeUnlimiter) Unwrap() http.ResponseWriter { return u.ResponseWriter }
-
-// readFrom is w.ReadFrom when w has one, else io.Copy.
-func readFrom(w io.Writer, r io.Reader) (int64, error) {
-	if rf, ok := w.(io.ReaderFrom); ok {
-		return rf.ReadFrom(r)
-	}
-	return io.Copy(w, r)
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Off switches for the module's two effects on the whole process. They
+// Off switches for the module's three effects on the whole process. They
 // are environment variables, not Caddyfile settings, because they act on
 // the process, not on one handler (docs/operations.md, "Process-wide
 // switches"):
@@ -17,6 +17,13 @@ import (
 //	                             large answer (docs/performance.md, "Raw
 //	                             sendfile calls and large page cache
 //	                             folios").
+//	SYNCULAR_RAW_WRITE=off       memory tier answers larger than one chunk
+//	                             of the idle timeout writer are one Write,
+//	                             chunked by the writer through Go's own
+//	                             write path, instead of one chunk in raw
+//	                             write(2) calls (membody.go): more CPU per
+//	                             answer (docs/performance.md, "Memory-tier
+//	                             hits as one chunk").
 //	SYNCULAR_MEMORY_RELEASE=off  no debug.FreeOSMemory after a crowd of
 //	                             SQLite streams leaves (memrelease.go): the
 //	                             crowd's memory stays with the process
@@ -27,6 +34,7 @@ import (
 // else, or unset, leaves it on.
 const (
 	envRawSendfile   = "SYNCULAR_RAW_SENDFILE"
+	envRawWrite      = "SYNCULAR_RAW_WRITE"
 	envMemoryRelease = "SYNCULAR_MEMORY_RELEASE"
 )
 
@@ -44,6 +52,10 @@ func envOff(name string) bool {
 // sendfile(2) calls. Read per answer (one environment lookup beside a
 // multi-megabyte send).
 func rawSendfileOn() bool { return !envOff(envRawSendfile) }
+
+// rawWriteOn reports whether a memory tier answer may go as one chunk
+// in raw write(2) calls. Read per answer, like rawSendfileOn.
+func rawWriteOn() bool { return !envOff(envRawWrite) }
 
 // processMemReleaser is the process's memory releaser, or nil (which does
 // nothing) when SYNCULAR_MEMORY_RELEASE is off. Read when a handler's
